@@ -1,0 +1,380 @@
+//! Client configuration: plain data with documented defaults, and a builder.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use crate::client::LockClient;
+use crate::error::{Error, Result};
+
+/// Default watchdog timeout (the lease of a lock taken without an explicit
+/// lease), as Redisson's `lockWatchdogTimeout`.
+pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
+/// Default number of pooled Redis connections.
+pub const DEFAULT_POOL_SIZE: u32 = 16;
+/// Default bound on connecting (and on waiting for a pooled connection).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default bound on one Redis command's reply.
+pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
+/// Default maximum length of a lock name in bytes (prefix included).
+pub const DEFAULT_MAX_NAME_LEN: usize = 1024;
+
+/// A callback that receives errors of background work (releases of dropped
+/// guards, renewals) that no caller is waiting for.
+pub(crate) type ErrorHook = Arc<dyn Fn(&Error) + Send + Sync>;
+
+/// Everything a [`LockClient`] is built from. Plain data; every field has a
+/// documented default (see [`ClientConfig::new`]).
+///
+/// ```
+/// use lock_core::ClientConfig;
+/// use std::time::Duration;
+///
+/// let config = ClientConfig::new("redis://127.0.0.1:6379");
+/// assert_eq!(config.watchdog_timeout, Duration::from_secs(30));
+/// assert_eq!(config.pool_size, 16);
+/// assert_eq!(config.key_prefix, "");
+/// ```
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ClientConfig {
+    /// Redis URL: `redis://[user[:password]@]host[:port][/db]`, or `rediss://`
+    /// for TLS (needs the `tls` feature).
+    pub url: String,
+    /// Maximum number of pooled connections. Default 16.
+    pub pool_size: u32,
+    /// Lease of locks taken without an explicit lease; the watchdog renews
+    /// them every third of it. Default 30 s.
+    pub watchdog_timeout: Duration,
+    /// Prepended to every lock name to form the Redis key. Default empty.
+    pub key_prefix: String,
+    /// Bound on opening a connection and on waiting for a pooled one. Default 5 s.
+    pub connect_timeout: Duration,
+    /// Bound on one command's reply. Default 5 s.
+    pub command_timeout: Duration,
+    /// Longest accepted lock name in bytes, prefix included. Default 1024.
+    pub max_name_len: usize,
+}
+
+impl ClientConfig {
+    /// A configuration for `url` with every other field at its default.
+    ///
+    /// ```
+    /// let config = lock_core::ClientConfig::new("redis://localhost");
+    /// assert_eq!(config.url, "redis://localhost");
+    /// ```
+    pub fn new(url: impl Into<String>) -> Self {
+        ClientConfig {
+            url: url.into(),
+            pool_size: DEFAULT_POOL_SIZE,
+            watchdog_timeout: DEFAULT_WATCHDOG_TIMEOUT,
+            key_prefix: String::new(),
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            command_timeout: DEFAULT_COMMAND_TIMEOUT,
+            max_name_len: DEFAULT_MAX_NAME_LEN,
+        }
+    }
+
+    /// Checks every field; the errors name the field and the rule.
+    ///
+    /// ```
+    /// let mut config = lock_core::ClientConfig::new("redis://localhost");
+    /// config.pool_size = 0;
+    /// assert!(config.validate().unwrap_err().is_invalid_input());
+    /// ```
+    pub fn validate(&self) -> Result<()> {
+        if self.pool_size == 0 {
+            return Err(Error::InvalidArgument(
+                "pool_size must be at least 1".into(),
+            ));
+        }
+        positive("watchdog_timeout", self.watchdog_timeout)?;
+        if self.watchdog_timeout < Duration::from_millis(30) {
+            return Err(Error::InvalidArgument(
+                "watchdog_timeout must be at least 30ms (it is renewed every third of it)".into(),
+            ));
+        }
+        positive("connect_timeout", self.connect_timeout)?;
+        positive("command_timeout", self.command_timeout)?;
+        if self.max_name_len == 0 {
+            return Err(Error::InvalidArgument(
+                "max_name_len must be at least 1".into(),
+            ));
+        }
+        if self.key_prefix.len() >= self.max_name_len {
+            return Err(Error::InvalidArgument(format!(
+                "key_prefix is {} bytes, which leaves no room under max_name_len {}",
+                self.key_prefix.len(),
+                self.max_name_len
+            )));
+        }
+        self.connection_info().map(|_| ())
+    }
+
+    pub(crate) fn connection_info(&self) -> Result<redis::ConnectionInfo> {
+        use redis::IntoConnectionInfo;
+        if self.url.trim().is_empty() {
+            return Err(Error::InvalidArgument("redis url is empty".into()));
+        }
+        self.url.as_str().into_connection_info().map_err(|e| {
+            Error::InvalidArgument(format!("invalid redis url `{}`: {e}", redact(&self.url)))
+        })
+    }
+}
+
+/// The URL with any password replaced by `***`, for error messages.
+fn redact(url: &str) -> String {
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme_end), Some(at)) if at > scheme_end => {
+            let userinfo = &url[scheme_end + 3..at];
+            match userinfo.find(':') {
+                Some(colon) => format!(
+                    "{}{}:***{}",
+                    &url[..scheme_end + 3],
+                    &userinfo[..colon],
+                    &url[at..]
+                ),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+pub(crate) fn positive(what: &str, d: Duration) -> Result<()> {
+    if d.is_zero() {
+        return Err(Error::InvalidArgument(format!(
+            "{what} must be greater than zero"
+        )));
+    }
+    Ok(())
+}
+
+/// A by-value builder for [`LockClient`].
+///
+/// ```no_run
+/// use lock_core::LockClient;
+/// use std::time::Duration;
+///
+/// # async fn demo() -> lock_core::Result<()> {
+/// let client = LockClient::builder("redis://127.0.0.1:6379")
+///     .pool_size(32)
+///     .watchdog_timeout(Duration::from_secs(10))
+///     .key_prefix("shop:")
+///     .build()?;
+/// # Ok(()) }
+/// ```
+#[must_use]
+pub struct ClientBuilder {
+    config: ClientConfig,
+    error_hook: Option<ErrorHook>,
+}
+
+impl std::fmt::Debug for ClientBuilder {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClientBuilder")
+            .field("config", &self.config)
+            .field("error_hook", &self.error_hook.is_some())
+            .finish()
+    }
+}
+
+impl ClientBuilder {
+    /// A builder for a client of the Redis at `url`.
+    ///
+    /// ```
+    /// let builder = lock_core::ClientBuilder::new("redis://127.0.0.1:6379");
+    /// # let _ = builder;
+    /// ```
+    pub fn new(url: impl Into<String>) -> Self {
+        Self::from_config(ClientConfig::new(url))
+    }
+
+    /// A builder that starts from a full configuration.
+    ///
+    /// ```
+    /// let builder = lock_core::ClientBuilder::from_config(lock_core::ClientConfig::new("redis://h"));
+    /// # let _ = builder;
+    /// ```
+    pub fn from_config(config: ClientConfig) -> Self {
+        ClientBuilder {
+            config,
+            error_hook: None,
+        }
+    }
+
+    /// Maximum number of pooled connections (default 16).
+    ///
+    /// ```
+    /// let b = lock_core::ClientBuilder::new("redis://h").pool_size(4);
+    /// # let _ = b;
+    /// ```
+    pub fn pool_size(mut self, size: u32) -> Self {
+        self.config.pool_size = size;
+        self
+    }
+
+    /// Lease of locks taken without an explicit lease (default 30 s); the
+    /// watchdog renews them every third of it.
+    ///
+    /// ```
+    /// let b = lock_core::ClientBuilder::new("redis://h")
+    ///     .watchdog_timeout(std::time::Duration::from_secs(9));
+    /// # let _ = b;
+    /// ```
+    pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
+        self.config.watchdog_timeout = timeout;
+        self
+    }
+
+    /// Prefix of every lock key (default none).
+    ///
+    /// ```
+    /// let b = lock_core::ClientBuilder::new("redis://h").key_prefix("billing:");
+    /// # let _ = b;
+    /// ```
+    pub fn key_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.config.key_prefix = prefix.into();
+        self
+    }
+
+    /// Bound on opening a connection and on waiting for a pooled one (default 5 s).
+    ///
+    /// ```
+    /// let b = lock_core::ClientBuilder::new("redis://h")
+    ///     .connect_timeout(std::time::Duration::from_secs(1));
+    /// # let _ = b;
+    /// ```
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.config.connect_timeout = timeout;
+        self
+    }
+
+    /// Bound on one command's reply (default 5 s).
+    ///
+    /// ```
+    /// let b = lock_core::ClientBuilder::new("redis://h")
+    ///     .command_timeout(std::time::Duration::from_millis(500));
+    /// # let _ = b;
+    /// ```
+    pub fn command_timeout(mut self, timeout: Duration) -> Self {
+        self.config.command_timeout = timeout;
+        self
+    }
+
+    /// Longest accepted lock name in bytes, prefix included (default 1024).
+    ///
+    /// ```
+    /// let b = lock_core::ClientBuilder::new("redis://h").max_name_len(128);
+    /// # let _ = b;
+    /// ```
+    pub fn max_name_len(mut self, len: usize) -> Self {
+        self.config.max_name_len = len;
+        self
+    }
+
+    /// Called with every error of background work that no caller awaits:
+    /// the release of a dropped guard that failed for good, a renewal that
+    /// failed. Such errors are also logged with `tracing`.
+    ///
+    /// ```
+    /// let b = lock_core::ClientBuilder::new("redis://h")
+    ///     .error_hook(|err| eprintln!("lock background error: {err}"));
+    /// # let _ = b;
+    /// ```
+    pub fn error_hook(mut self, hook: impl Fn(&Error) + Send + Sync + 'static) -> Self {
+        self.error_hook = Some(Arc::new(hook));
+        self
+    }
+
+    /// The configuration as built so far.
+    ///
+    /// ```
+    /// let b = lock_core::ClientBuilder::new("redis://h").pool_size(3);
+    /// assert_eq!(b.config().pool_size, 3);
+    /// ```
+    pub fn config(&self) -> &ClientConfig {
+        &self.config
+    }
+
+    /// Validates the configuration and creates the client. Connections are
+    /// opened lazily, on first use; call [`LockClient::ping`] to check that
+    /// Redis is reachable.
+    ///
+    /// Must be called inside a tokio runtime: the client starts its
+    /// background tasks (watchdog, pub/sub, releases of dropped guards).
+    ///
+    /// ```
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() {
+    /// let err = lock_core::LockClient::builder("redis://h").pool_size(0).build().unwrap_err();
+    /// assert_eq!(err.to_string(), "invalid argument: pool_size must be at least 1");
+    /// # }
+    /// ```
+    pub fn build(self) -> Result<LockClient> {
+        self.config.validate()?;
+        LockClient::from_parts(self.config, self.error_hook)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_documented_values() {
+        let c = ClientConfig::new("redis://127.0.0.1");
+        assert_eq!(c.pool_size, DEFAULT_POOL_SIZE);
+        assert_eq!(c.watchdog_timeout, Duration::from_secs(30));
+        assert_eq!(c.connect_timeout, Duration::from_secs(5));
+        assert_eq!(c.command_timeout, Duration::from_secs(5));
+        assert!(c.validate().is_ok());
+    }
+
+    #[test]
+    fn bad_values_are_rejected_with_the_field_name() {
+        let cases: Vec<(ClientConfig, &str)> = vec![
+            (ClientConfig::new(""), "redis url is empty"),
+            (ClientConfig::new("http://x"), "invalid redis url"),
+            (
+                ClientConfig {
+                    watchdog_timeout: Duration::ZERO,
+                    ..ClientConfig::new("redis://h")
+                },
+                "watchdog_timeout",
+            ),
+            (
+                ClientConfig {
+                    command_timeout: Duration::ZERO,
+                    ..ClientConfig::new("redis://h")
+                },
+                "command_timeout",
+            ),
+            (
+                ClientConfig {
+                    key_prefix: "x".repeat(20),
+                    max_name_len: 10,
+                    ..ClientConfig::new("redis://h")
+                },
+                "key_prefix",
+            ),
+        ];
+        for (config, needle) in cases {
+            let err = config.validate().expect_err(needle);
+            assert!(err.is_invalid_input());
+            assert!(
+                err.to_string().contains(needle),
+                "{err} should mention {needle}"
+            );
+        }
+    }
+
+    #[test]
+    fn passwords_are_redacted_in_url_errors() {
+        assert_eq!(redact("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
+        assert_eq!(redact("redis://h:1"), "redis://h:1");
+        let err = ClientConfig::new("redis://u:secret@h:notaport")
+            .validate()
+            .expect_err("bad port");
+        assert!(!err.to_string().contains("secret"), "{err}");
+    }
+}

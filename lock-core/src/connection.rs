@@ -1,0 +1,119 @@
+//! The connection pool: bb8 over redis-rs multiplexed connections, with
+//! connect and reply time-outs and broken-connection tracking.
+//!
+//! bb8-redis's own manager never reports a connection as broken, so after a
+//! Redis restart its pool would keep handing out dead connections (or ping
+//! on every checkout, a second round trip per command). This manager marks
+//! a connection broken when a command on it fails at the I/O level, and bb8
+//! then drops it instead of returning it to the pool.
+
+use std::time::Duration;
+
+use bb8_redis::bb8;
+use redis::aio::MultiplexedConnection;
+use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisError, RedisResult, Value};
+
+/// Creates pooled connections.
+#[derive(Debug)]
+pub(crate) struct Manager {
+    client: redis::Client,
+    config: AsyncConnectionConfig,
+}
+
+impl Manager {
+    pub(crate) fn new(
+        info: redis::ConnectionInfo,
+        connect_timeout: Duration,
+        command_timeout: Duration,
+    ) -> RedisResult<Self> {
+        Ok(Manager {
+            client: redis::Client::open(info)?,
+            config: AsyncConnectionConfig::new()
+                .set_connection_timeout(Some(connect_timeout))
+                .set_response_timeout(Some(command_timeout)),
+        })
+    }
+
+    /// The redis-rs client, for the dedicated pub/sub connection.
+    pub(crate) fn client(&self) -> &redis::Client {
+        &self.client
+    }
+}
+
+/// One pooled connection and whether a failure on it means it must go.
+#[derive(Debug)]
+pub(crate) struct Conn {
+    inner: MultiplexedConnection,
+    broken: bool,
+}
+
+impl Conn {
+    /// Sends one command; a connection-level failure marks the connection broken.
+    pub(crate) async fn query(&mut self, cmd: &Cmd) -> RedisResult<Value> {
+        let result = self
+            .inner
+            .send_packed_command(cmd)
+            .await
+            .and_then(Value::extract_error);
+        self.note(&result);
+        result
+    }
+
+    /// Sends a pipeline of commands in one round trip; returns one value per
+    /// command (an error reply of one command is a `Value::ServerError` there).
+    pub(crate) async fn query_pipeline(&mut self, pipe: &Pipeline) -> RedisResult<Vec<Value>> {
+        let result = pipe.query_async::<Vec<Value>>(&mut self.inner).await;
+        self.note(&result);
+        result
+    }
+
+    fn note<T>(&mut self, result: &RedisResult<T>) {
+        if let Err(e) = result {
+            if is_connection_failure(e) {
+                self.broken = true;
+            }
+        }
+    }
+}
+
+pub(crate) fn is_connection_failure(e: &RedisError) -> bool {
+    e.is_io_error() || e.is_connection_dropped() || e.is_timeout() || e.is_unrecoverable_error()
+}
+
+impl bb8::ManageConnection for Manager {
+    type Connection = Conn;
+    type Error = RedisError;
+
+    async fn connect(&self) -> Result<Conn, RedisError> {
+        let inner = self
+            .client
+            .get_multiplexed_async_connection_with_config(&self.config)
+            .await?;
+        Ok(Conn {
+            inner,
+            broken: false,
+        })
+    }
+
+    async fn is_valid(&self, conn: &mut Conn) -> Result<(), RedisError> {
+        conn.query(&redis::cmd("PING")).await.map(|_| ())
+    }
+
+    fn has_broken(&self, conn: &mut Conn) -> bool {
+        conn.broken
+    }
+}
+
+/// The pool type used by the client.
+pub(crate) type Pool = bb8::Pool<Manager>;
+
+pub(crate) fn build_pool(manager: Manager, size: u32, connect_timeout: Duration) -> Pool {
+    bb8::Pool::builder()
+        .max_size(size)
+        .min_idle(Some(0))
+        // Health is tracked per command (see `Conn::note`), not by a PING per checkout.
+        .test_on_check_out(false)
+        .connection_timeout(connect_timeout)
+        .retry_connection(false)
+        .build_unchecked(manager)
+}

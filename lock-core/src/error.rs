@@ -1,0 +1,230 @@
+//! The crate's one error type.
+
+use std::time::Duration;
+
+/// A specialized `Result` for lock operations.
+///
+/// ```
+/// fn check(r: lock_core::Result<()>) -> bool {
+///     r.is_ok()
+/// }
+/// assert!(check(Ok(())));
+/// ```
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Everything that can go wrong when taking, keeping or releasing a lock.
+///
+/// Match on the variants, or use the predicates (`is_wait_timeout()`,
+/// `is_not_held()`, …) so that new variants do not break your code.
+///
+/// ```
+/// use lock_core::Error;
+/// use std::time::Duration;
+///
+/// let err = Error::WaitTimeout { name: "orders".into(), waited: Duration::from_secs(1) };
+/// assert!(err.is_wait_timeout());
+/// assert_eq!(err.to_string(), "timed out after 1s waiting for lock `orders`");
+/// ```
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum Error {
+    /// The wait bound passed before the lock could be acquired.
+    #[error("timed out after {waited:?} waiting for lock `{name}`")]
+    WaitTimeout {
+        /// The lock's name.
+        name: String,
+        /// The wait bound that passed.
+        waited: Duration,
+    },
+
+    /// The calling owner does not hold the lock (release by a non-owner).
+    #[error("lock `{name}` is not held by this owner")]
+    NotHeld {
+        /// The lock's name.
+        name: String,
+    },
+
+    /// The lock was lost while held: it expired, was force-unlocked, or Redis
+    /// forgot it (restart, failover). The critical section was not exclusive
+    /// from that moment on.
+    #[error("lock `{name}` was lost")]
+    Lost {
+        /// The lock's name.
+        name: String,
+    },
+
+    /// A lock name that cannot be used (empty, too long). Rejected before any
+    /// Redis call.
+    #[error("invalid lock name: {reason}")]
+    InvalidName {
+        /// Why the name was rejected.
+        reason: String,
+    },
+
+    /// An invalid argument or configuration value (zero lease, zero wait,
+    /// bad URL, zero pool size, …). Rejected before any Redis call.
+    #[error("invalid argument: {0}")]
+    InvalidArgument(String),
+
+    /// Redis answered with an error, or the connection failed.
+    #[error("redis error")]
+    Redis(#[source] redis::RedisError),
+
+    /// No pooled Redis connection became available within the connect timeout.
+    #[error("timed out waiting for a redis connection")]
+    PoolTimeout,
+
+    /// Redis did not answer within the command timeout.
+    #[error("redis command timed out")]
+    CommandTimeout,
+
+    /// A background task of the client was cancelled before it finished
+    /// (the tokio runtime is shutting down).
+    #[error("lock operation cancelled: {0}")]
+    Cancelled(String),
+
+    /// Redis answered with something the lock protocol does not expect (for
+    /// example a key of another type at the lock's name).
+    #[error("unexpected reply from redis: {0}")]
+    Protocol(String),
+}
+
+impl Error {
+    /// The wait bound passed before the lock was acquired.
+    ///
+    /// ```
+    /// # use lock_core::Error;
+    /// assert!(!Error::PoolTimeout.is_wait_timeout());
+    /// ```
+    pub fn is_wait_timeout(&self) -> bool {
+        matches!(self, Error::WaitTimeout { .. })
+    }
+
+    /// The caller did not hold the lock it tried to release.
+    ///
+    /// ```
+    /// # use lock_core::Error;
+    /// assert!(Error::NotHeld { name: "a".into() }.is_not_held());
+    /// ```
+    pub fn is_not_held(&self) -> bool {
+        matches!(self, Error::NotHeld { .. })
+    }
+
+    /// The lock was lost while held.
+    ///
+    /// ```
+    /// # use lock_core::Error;
+    /// assert!(Error::Lost { name: "a".into() }.is_lost());
+    /// ```
+    pub fn is_lost(&self) -> bool {
+        matches!(self, Error::Lost { .. })
+    }
+
+    /// Bad input (name, duration, configuration), rejected before any Redis call.
+    ///
+    /// ```
+    /// # use lock_core::Error;
+    /// assert!(Error::InvalidArgument("lease must be > 0".into()).is_invalid_input());
+    /// ```
+    pub fn is_invalid_input(&self) -> bool {
+        matches!(self, Error::InvalidName { .. } | Error::InvalidArgument(_))
+    }
+
+    /// Redis could not be reached or answered with an error: connection,
+    /// pool and command time-outs, server errors, unexpected replies.
+    ///
+    /// ```
+    /// # use lock_core::Error;
+    /// assert!(Error::CommandTimeout.is_redis());
+    /// ```
+    pub fn is_redis(&self) -> bool {
+        matches!(
+            self,
+            Error::Redis(_) | Error::PoolTimeout | Error::CommandTimeout | Error::Protocol(_)
+        )
+    }
+
+    /// True for failures worth retrying on another connection: I/O errors,
+    /// dropped connections, time-outs.
+    pub(crate) fn is_transient(&self) -> bool {
+        match self {
+            Error::PoolTimeout | Error::CommandTimeout => true,
+            Error::Redis(e) => {
+                e.is_io_error()
+                    || e.is_connection_dropped()
+                    || e.is_timeout()
+                    || e.is_unrecoverable_error()
+                    || e.is_connection_refusal()
+                    || matches!(
+                        e.kind(),
+                        redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
+                            | redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
+                            | redis::ErrorKind::Server(redis::ServerErrorKind::MasterDown)
+                    )
+            }
+            _ => false,
+        }
+    }
+}
+
+impl From<redis::RedisError> for Error {
+    fn from(err: redis::RedisError) -> Self {
+        Error::Redis(err)
+    }
+}
+
+impl From<bb8_redis::bb8::RunError<redis::RedisError>> for Error {
+    fn from(err: bb8_redis::bb8::RunError<redis::RedisError>) -> Self {
+        match err {
+            bb8_redis::bb8::RunError::User(e) => Error::Redis(e),
+            bb8_redis::bb8::RunError::TimedOut => Error::PoolTimeout,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn predicates_are_distinct() {
+        let all = [
+            Error::WaitTimeout {
+                name: "a".into(),
+                waited: Duration::from_millis(5),
+            },
+            Error::NotHeld { name: "a".into() },
+            Error::Lost { name: "a".into() },
+            Error::InvalidName { reason: "x".into() },
+            Error::PoolTimeout,
+        ];
+        let flags: Vec<[bool; 5]> = all
+            .iter()
+            .map(|e| {
+                [
+                    e.is_wait_timeout(),
+                    e.is_not_held(),
+                    e.is_lost(),
+                    e.is_invalid_input(),
+                    e.is_redis(),
+                ]
+            })
+            .collect();
+        for (i, f) in flags.iter().enumerate() {
+            assert_eq!(f.iter().filter(|b| **b).count(), 1, "variant {i}");
+            assert!(f[i], "variant {i} has its own predicate");
+        }
+    }
+
+    #[test]
+    fn redis_error_is_the_source() {
+        use std::error::Error as _;
+        let err = Error::from(redis::RedisError::from((
+            redis::ErrorKind::Io,
+            "connection reset",
+        )));
+        assert!(err.source().is_some());
+        assert!(err.is_transient());
+        assert_eq!(err.to_string(), "redis error");
+    }
+}

@@ -1,0 +1,547 @@
+//! The lock handle: acquire (blocking, bounded, try), inspect, force-unlock.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::Value;
+use tokio::time::Instant;
+use tracing::Instrument;
+
+use crate::client::LockClient;
+use crate::context::{owner_number_for_acquire, LockContext};
+use crate::error::{Error, Result};
+use crate::guard::{Lease, LockGuard};
+use crate::keys::{LockKeys, UNLOCK_MESSAGE};
+
+/// How long an acquisition may wait.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Wait {
+    Forever,
+    Bounded(Duration),
+    Never,
+}
+
+/// Options of one acquisition: how long to wait, and the lease.
+///
+/// The defaults are "wait until acquired" and "watchdog lease" (the lock's
+/// key expires after the client's watchdog timeout unless renewed, and the
+/// watchdog renews it for as long as the guard lives).
+///
+/// ```
+/// use lock_core::AcquireOptions;
+/// use std::time::Duration;
+///
+/// let opts = AcquireOptions::new()
+///     .wait(Duration::from_secs(2))      // give up after 2 s
+///     .lease(Duration::from_secs(10));   // expire after 10 s, no renewal
+/// # let _ = opts;
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[must_use]
+pub struct AcquireOptions {
+    wait: Wait,
+    lease: Option<Duration>,
+}
+
+impl Default for AcquireOptions {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl AcquireOptions {
+    /// Wait until acquired, watchdog lease.
+    ///
+    /// ```
+    /// let opts = lock_core::AcquireOptions::new();
+    /// # let _ = opts;
+    /// ```
+    pub fn new() -> Self {
+        AcquireOptions {
+            wait: Wait::Forever,
+            lease: None,
+        }
+    }
+
+    /// Give up with [`Error::WaitTimeout`] when the lock is not acquired
+    /// within `wait` (must be greater than zero).
+    ///
+    /// ```
+    /// let opts = lock_core::AcquireOptions::new().wait(std::time::Duration::from_millis(500));
+    /// # let _ = opts;
+    /// ```
+    pub fn wait(mut self, wait: Duration) -> Self {
+        self.wait = Wait::Bounded(wait);
+        self
+    }
+
+    /// Make one attempt only; when the lock is held by another owner, fail
+    /// with [`Error::WaitTimeout`] (see also [`Lock::try_acquire`]).
+    ///
+    /// ```
+    /// let opts = lock_core::AcquireOptions::new().no_wait();
+    /// # let _ = opts;
+    /// ```
+    pub fn no_wait(mut self) -> Self {
+        self.wait = Wait::Never;
+        self
+    }
+
+    /// Hold the lock for at most `lease` (at least 1 ms): the key expires then
+    /// and is never renewed. Without it the watchdog keeps the lock alive.
+    ///
+    /// ```
+    /// let opts = lock_core::AcquireOptions::new().lease(std::time::Duration::from_secs(30));
+    /// # let _ = opts;
+    /// ```
+    pub fn lease(mut self, lease: Duration) -> Self {
+        self.lease = Some(lease);
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        if let Wait::Bounded(w) = self.wait {
+            if w.is_zero() {
+                return Err(Error::InvalidArgument(
+                    "wait must be greater than zero (use try_acquire for a single attempt)".into(),
+                ));
+            }
+        }
+        if let Some(lease) = self.lease {
+            if lease < Duration::from_millis(1) {
+                return Err(Error::InvalidArgument("lease must be at least 1ms".into()));
+            }
+            if lease.as_millis() > i64::MAX as u128 {
+                return Err(Error::InvalidArgument("lease is too long".into()));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The outcome of one acquire script call.
+#[derive(Debug)]
+enum Attempt {
+    Acquired(LockGuard),
+    /// Held by another owner, who still has `pttl_ms` (-1: no expiry).
+    Held {
+        pttl_ms: i64,
+    },
+}
+
+/// A named distributed lock. Cheap to clone; make one per name and reuse it,
+/// or make them on the fly: creating a handle makes no Redis call.
+///
+/// | Redisson `RLock`            | here                                            |
+/// |-----------------------------|-------------------------------------------------|
+/// | `lock()`                    | [`acquire`](Lock::acquire)                      |
+/// | `lock(leaseTime)`           | [`acquire_with_lease`](Lock::acquire_with_lease)|
+/// | `tryLock()`                 | [`try_acquire`](Lock::try_acquire)              |
+/// | `tryLock(wait, unit)`       | [`acquire_timeout`](Lock::acquire_timeout)      |
+/// | `tryLock(wait, lease, unit)`| [`acquire_with`](Lock::acquire_with)            |
+/// | `unlock()`                  | [`LockGuard::release`] (or [`Lock::unlock`])    |
+/// | `forceUnlock()`             | [`force_unlock`](Lock::force_unlock)            |
+/// | `isLocked()`                | [`is_locked`](Lock::is_locked)                  |
+/// | `getHoldCount()`            | [`hold_count`](Lock::hold_count)                |
+/// | `isHeldByCurrentThread()`   | [`is_held_by_current_context`](Lock::is_held_by_current_context) |
+/// | `remainTimeToLive()`        | [`remaining_ttl`](Lock::remaining_ttl)          |
+///
+/// ```no_run
+/// # async fn demo(client: lock_core::LockClient) -> lock_core::Result<()> {
+/// let lock = client.lock("invoice:2024-06")?;
+/// let guard = lock.acquire().await?;
+/// println!("fencing token {}", guard.fencing_token());
+/// guard.release().await?;
+/// # Ok(()) }
+/// ```
+#[derive(Clone)]
+pub struct Lock {
+    pub(crate) client: LockClient,
+    pub(crate) keys: Arc<LockKeys>,
+}
+
+impl std::fmt::Debug for Lock {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Lock")
+            .field("key", &self.keys.lock)
+            .finish()
+    }
+}
+
+impl Lock {
+    pub(crate) fn new(client: LockClient, keys: Arc<LockKeys>) -> Self {
+        Lock { client, keys }
+    }
+
+    /// The name given to [`LockClient::lock`].
+    ///
+    /// ```no_run
+    /// # fn demo(client: lock_core::LockClient) -> lock_core::Result<()> {
+    /// assert_eq!(client.lock("a")?.name(), "a");
+    /// # Ok(()) }
+    /// ```
+    pub fn name(&self) -> &str {
+        &self.keys.name
+    }
+
+    /// The Redis key of the lock (key prefix + name).
+    ///
+    /// ```no_run
+    /// # fn demo(client: lock_core::LockClient) -> lock_core::Result<()> {
+    /// let lock = client.lock("a")?;
+    /// assert!(lock.key().ends_with("a"));
+    /// # Ok(()) }
+    /// ```
+    pub fn key(&self) -> &str {
+        &self.keys.lock
+    }
+
+    /// Acquires the lock, waiting as long as it takes; the watchdog keeps it
+    /// until the guard is released or dropped. Re-enters when the current
+    /// [`LockContext`] holds it already.
+    ///
+    /// Cancel-safe: when this future is dropped after the request reached
+    /// Redis, a lock it took is released in the background.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: lock_core::Lock) -> lock_core::Result<()> {
+    /// let guard = lock.acquire().await?;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire(&self) -> Result<LockGuard> {
+        self.acquire_with(AcquireOptions::new()).await
+    }
+
+    /// Acquires the lock, waiting at most `wait`; fails with
+    /// [`Error::WaitTimeout`] after that.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: lock_core::Lock) -> lock_core::Result<()> {
+    /// use std::time::Duration;
+    /// match lock.acquire_timeout(Duration::from_secs(1)).await {
+    ///     Ok(guard) => guard.release().await?,
+    ///     Err(e) if e.is_wait_timeout() => println!("busy, try later"),
+    ///     Err(e) => return Err(e),
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn acquire_timeout(&self, wait: Duration) -> Result<LockGuard> {
+        self.acquire_with(AcquireOptions::new().wait(wait)).await
+    }
+
+    /// Acquires the lock, waiting as long as it takes, for a fixed `lease`:
+    /// the lock expires after it and is not renewed.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: lock_core::Lock) -> lock_core::Result<()> {
+    /// let guard = lock.acquire_with_lease(std::time::Duration::from_secs(10)).await?;
+    /// # drop(guard); Ok(()) }
+    /// ```
+    pub async fn acquire_with_lease(&self, lease: Duration) -> Result<LockGuard> {
+        self.acquire_with(AcquireOptions::new().lease(lease)).await
+    }
+
+    /// One attempt, no waiting: `Ok(None)` when another owner holds the lock.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: lock_core::Lock) -> lock_core::Result<()> {
+    /// if let Some(guard) = lock.try_acquire().await? {
+    ///     // we are the one replica that runs the job
+    ///     guard.release().await?;
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn try_acquire(&self) -> Result<Option<LockGuard>> {
+        self.acquire_inner(AcquireOptions::new().no_wait()).await
+    }
+
+    /// Acquires the lock with explicit options (wait bound, lease).
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: lock_core::Lock) -> lock_core::Result<()> {
+    /// use lock_core::AcquireOptions;
+    /// use std::time::Duration;
+    /// let guard = lock
+    ///     .acquire_with(AcquireOptions::new().wait(Duration::from_secs(2)).lease(Duration::from_secs(5)))
+    ///     .await?;
+    /// # drop(guard); Ok(()) }
+    /// ```
+    pub async fn acquire_with(&self, options: AcquireOptions) -> Result<LockGuard> {
+        match self.acquire_inner(options).await? {
+            Some(guard) => Ok(guard),
+            None => Err(Error::WaitTimeout {
+                name: self.keys.name.clone(),
+                waited: match options.wait {
+                    Wait::Bounded(w) => w,
+                    _ => Duration::ZERO,
+                },
+            }),
+        }
+    }
+
+    async fn acquire_inner(&self, options: AcquireOptions) -> Result<Option<LockGuard>> {
+        options.validate()?;
+        let owner = self.client.owner_id(owner_number_for_acquire());
+        let span = tracing::debug_span!("lock.acquire", lock = %self.keys.lock, owner = %owner);
+        self.wait_loop(owner, options).instrument(span).await
+    }
+
+    async fn wait_loop(
+        &self,
+        owner: Arc<str>,
+        options: AcquireOptions,
+    ) -> Result<Option<LockGuard>> {
+        let started = Instant::now();
+        let deadline = match options.wait {
+            Wait::Bounded(w) => Some(started + w),
+            _ => None,
+        };
+        if let Attempt::Acquired(guard) = self.attempt(&owner, options.lease).await? {
+            return Ok(Some(guard));
+        }
+        if options.wait == Wait::Never || deadline.is_some_and(|d| Instant::now() >= d) {
+            tracing::debug!("lock busy");
+            return Ok(None);
+        }
+
+        // Subscribe first, then retry: an unlock after the retry wakes us.
+        tracing::debug!("lock busy; waiting");
+        let mut subscription = self.client.inner.pubsub.subscribe(&self.keys.channel);
+        let config = &self.client.inner.core.config;
+        let ready_bound = match deadline {
+            Some(d) => config
+                .command_timeout
+                .min(d.saturating_duration_since(Instant::now())),
+            None => config.command_timeout,
+        };
+        if !subscription.ready(ready_bound).await {
+            tracing::debug!("lock pub/sub not ready; relying on TTL-bounded retries");
+        }
+        loop {
+            let pttl_ms = match self.attempt(&owner, options.lease).await? {
+                Attempt::Held { pttl_ms } => pttl_ms,
+                Attempt::Acquired(guard) => {
+                    tracing::debug!(
+                        waited_ms = started.elapsed().as_millis() as u64,
+                        "lock acquired after waiting"
+                    );
+                    return Ok(Some(guard));
+                }
+            };
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                tracing::debug!("lock wait bound passed");
+                return Ok(None);
+            }
+            let mut sleep = match pttl_ms {
+                ms if ms > 0 => Duration::from_millis(ms as u64),
+                // No expiry on the key (set by another tool): wait for the
+                // unlock message, re-checking now and then.
+                -1 => config.watchdog_timeout,
+                // About to expire or just gone: retry at once.
+                _ => Duration::from_millis(1),
+            };
+            if let Some(d) = deadline {
+                sleep = sleep.min(d.saturating_duration_since(now));
+            }
+            tokio::select! {
+                _ = subscription.woken() => {}
+                _ = tokio::time::sleep(sleep) => {}
+            }
+        }
+    }
+
+    /// Runs the acquire script once. The call runs in its own task, so a
+    /// grant that arrives after the caller gave up is dropped there, and
+    /// dropping a guard releases it: nothing stays locked until expiry.
+    async fn attempt(&self, owner: &Arc<str>, lease: Option<Duration>) -> Result<Attempt> {
+        let lock = self.clone();
+        let owner = owner.clone();
+        let task = tokio::spawn(async move { lock.attempt_now(owner, lease).await });
+        match task.await {
+            Ok(result) => result,
+            Err(e) => Err(Error::Cancelled(format!("acquire task ended: {e}"))),
+        }
+    }
+
+    async fn attempt_now(&self, owner: Arc<str>, lease: Option<Duration>) -> Result<Attempt> {
+        let core = &self.client.inner.core;
+        let lease_ms = lease_ms(lease, core.config.watchdog_timeout);
+        let sent_at = Instant::now();
+        let cmd = core.scripts.acquire.evalsha(
+            &[self.keys.lock.as_str(), self.keys.token.as_str()],
+            (lease_ms, &*owner),
+        );
+        let reply = core.run_script(&core.scripts.acquire, &cmd).await?;
+        let (kind, value) = match &reply {
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(kind), Value::Int(value)] => (*kind, *value),
+                _ => return Err(protocol("acquire", &reply)),
+            },
+            _ => return Err(protocol("acquire", &reply)),
+        };
+        match kind {
+            0 => Ok(Attempt::Held { pttl_ms: value }),
+            1 | 2 => {
+                let token = u64::try_from(value).map_err(|_| protocol("acquire", &reply))?;
+                let lease = match lease {
+                    Some(lease) => Lease::Fixed {
+                        lease,
+                        expires_at: sent_at + lease,
+                    },
+                    None => Lease::Watchdog,
+                };
+                tracing::debug!(token, reentry = kind == 2, "lock acquired");
+                Ok(Attempt::Acquired(LockGuard::new(
+                    self.clone(),
+                    owner,
+                    token,
+                    lease,
+                    sent_at,
+                )))
+            }
+            _ => Err(protocol("acquire", &reply)),
+        }
+    }
+
+    /// Deletes the lock whoever holds it, and wakes its waiters. Returns
+    /// whether there was a lock to delete. The holder's guard learns it at
+    /// its next renewal ([`LockGuard::lost`]).
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: lock_core::Lock) -> lock_core::Result<()> {
+    /// if lock.force_unlock().await? {
+    ///     println!("removed a stuck lock");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn force_unlock(&self) -> Result<bool> {
+        let core = &self.client.inner.core;
+        let cmd = core.scripts.force_unlock.evalsha(
+            &[self.keys.lock.as_str(), self.keys.channel.as_str()],
+            UNLOCK_MESSAGE,
+        );
+        match core.run_script(&core.scripts.force_unlock, &cmd).await? {
+            Value::Int(n) => {
+                tracing::debug!(lock = %self.keys.lock, deleted = n == 1, "lock force-unlocked");
+                Ok(n == 1)
+            }
+            other => Err(protocol("force_unlock", &other)),
+        }
+    }
+
+    /// Whether any owner holds the lock now.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: lock_core::Lock) -> lock_core::Result<()> {
+    /// println!("locked: {}", lock.is_locked().await?);
+    /// # Ok(()) }
+    /// ```
+    pub async fn is_locked(&self) -> Result<bool> {
+        let mut cmd = redis::cmd("EXISTS");
+        cmd.arg(self.keys.lock.as_str());
+        match self.client.inner.core.run_cmd(&cmd).await? {
+            Value::Int(n) => Ok(n > 0),
+            other => Err(protocol("EXISTS", &other)),
+        }
+    }
+
+    /// How many times the current [`LockContext`] holds the lock (re-entries
+    /// included); 0 outside a context or when it does not hold it.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: lock_core::Lock) -> lock_core::Result<()> {
+    /// lock_core::in_context(async {
+    ///     let outer = lock.acquire().await?;
+    ///     let inner = lock.acquire().await?; // re-entry, no waiting
+    ///     assert_eq!(lock.hold_count().await?, 2);
+    ///     inner.release().await?;
+    ///     outer.release().await
+    /// })
+    /// .await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn hold_count(&self) -> Result<u32> {
+        let Some(ctx) = LockContext::current() else {
+            return Ok(0);
+        };
+        let owner = self.client.owner_id(ctx.id());
+        let mut cmd = redis::cmd("HGET");
+        cmd.arg(self.keys.lock.as_str()).arg(&*owner);
+        let reply = self.client.inner.core.run_cmd(&cmd).await?;
+        redis::from_redis_value::<Option<u32>>(reply)
+            .map(Option::unwrap_or_default)
+            .map_err(|e| Error::Protocol(format!("HGET answered a non-count: {e}")))
+    }
+
+    /// Whether the current [`LockContext`] holds the lock.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: lock_core::Lock) -> lock_core::Result<()> {
+    /// assert!(!lock.is_held_by_current_context().await?); // no context open
+    /// # Ok(()) }
+    /// ```
+    pub async fn is_held_by_current_context(&self) -> Result<bool> {
+        Ok(self.hold_count().await? > 0)
+    }
+
+    /// Time until the lock expires: `None` when it is not locked,
+    /// `Some(Duration::MAX)` when its key has no expiry (never the case for
+    /// locks taken by this crate or Redisson).
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: lock_core::Lock) -> lock_core::Result<()> {
+    /// if let Some(ttl) = lock.remaining_ttl().await? {
+    ///     println!("held for another {ttl:?} at most, unless renewed");
+    /// }
+    /// # Ok(()) }
+    /// ```
+    pub async fn remaining_ttl(&self) -> Result<Option<Duration>> {
+        let mut cmd = redis::cmd("PTTL");
+        cmd.arg(self.keys.lock.as_str());
+        match self.client.inner.core.run_cmd(&cmd).await? {
+            Value::Int(-2) => Ok(None),
+            Value::Int(-1) => Ok(Some(Duration::MAX)),
+            Value::Int(ms) if ms >= 0 => Ok(Some(Duration::from_millis(ms as u64))),
+            other => Err(protocol("PTTL", &other)),
+        }
+    }
+
+    /// Releases one hold of the current [`LockContext`], Redisson-style,
+    /// without a guard. Fails with [`Error::NotHeld`] (and changes nothing)
+    /// when the context does not hold the lock, or outside any context.
+    ///
+    /// Prefer [`LockGuard::release`]: a guard whose hold was released here
+    /// releases one more hold when it is released or dropped.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: lock_core::Lock) -> lock_core::Result<()> {
+    /// let err = lock.unlock().await.unwrap_err(); // no context: nothing held
+    /// assert!(err.is_not_held());
+    /// # Ok(()) }
+    /// ```
+    pub async fn unlock(&self) -> Result<()> {
+        let not_held = || Error::NotHeld {
+            name: self.keys.name.clone(),
+        };
+        let ctx = LockContext::current().ok_or_else(not_held)?;
+        let owner = self.client.owner_id(ctx.id());
+        let core = &self.client.inner.core;
+        let lease_ms = lease_ms(None, core.config.watchdog_timeout);
+        if core.release(&self.keys, &owner, lease_ms).await? {
+            Ok(())
+        } else {
+            Err(not_held())
+        }
+    }
+}
+
+pub(crate) fn lease_ms(lease: Option<Duration>, watchdog_timeout: Duration) -> u64 {
+    let ms = lease.unwrap_or(watchdog_timeout).as_millis();
+    u64::try_from(ms).unwrap_or(u64::MAX).max(1)
+}
+
+fn protocol(what: &str, reply: &Value) -> Error {
+    Error::Protocol(format!("{what} answered {reply:?}"))
+}

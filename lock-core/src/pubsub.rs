@@ -1,0 +1,465 @@
+//! One shared pub/sub connection per client that wakes waiting acquirers.
+//!
+//! Waiters register on a lock's channel (reference counted: the first waiter
+//! subscribes, the last one unsubscribes). An unlock message `0` wakes one
+//! local waiter of that channel, the longest-waiting one that is not already
+//! awake; any other message wakes them all. When the connection drops, every
+//! waiter is woken and falls back to retries bounded by the holder's PTTL
+//! while the task reconnects; after the reconnect every channel is
+//! subscribed again and every waiter is woken once more, so no unlock that
+//! happened in between is missed for longer than one retry.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use tokio::sync::{mpsc, watch, Notify};
+use tokio_util::sync::CancellationToken;
+
+use crate::keys::UNLOCK_MESSAGE;
+
+const MIN_BACKOFF: Duration = Duration::from_millis(20);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// The client's pub/sub hub.
+#[derive(Debug)]
+pub(crate) struct PubSub {
+    shared: Arc<Shared>,
+}
+
+#[derive(Debug)]
+struct Shared {
+    state: Mutex<State>,
+    commands: mpsc::UnboundedSender<Command>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    channels: HashMap<String, Channel>,
+    next_generation: u64,
+}
+
+/// The local waiters of one channel, in arrival order.
+#[derive(Debug)]
+struct Channel {
+    /// Changes each time the channel is created anew, so that a late
+    /// confirmation of an older subscription does not mark this one live.
+    generation: u64,
+    waiters: VecDeque<Arc<Slot>>,
+    /// True while Redis has confirmed the subscription on the live connection.
+    live: watch::Sender<bool>,
+}
+
+#[derive(Debug, Default)]
+struct Slot {
+    notify: Notify,
+    /// Woken and not yet consumed by the waiter.
+    pending: AtomicBool,
+}
+
+impl Slot {
+    fn wake(&self) {
+        self.pending.store(true, Ordering::Release);
+        self.notify.notify_one();
+    }
+
+    fn is_pending(&self) -> bool {
+        self.pending.load(Ordering::Acquire)
+    }
+}
+
+#[derive(Debug)]
+enum Command {
+    Subscribe { channel: String, generation: u64 },
+    Unsubscribe { channel: String },
+}
+
+impl Channel {
+    /// Wakes the longest-waiting waiter that is not awake already.
+    fn wake_one(&self) {
+        if let Some(slot) = self.waiters.iter().find(|s| !s.is_pending()) {
+            slot.wake();
+        }
+    }
+
+    fn wake_all(&self) {
+        for slot in &self.waiters {
+            slot.wake();
+        }
+    }
+}
+
+impl Shared {
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding this lock cannot leave the state half-updated
+        // in a way that matters more than losing wake-ups, so carry on.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn dispatch(&self, channel: &str, payload: &[u8]) {
+        let state = self.state();
+        if let Some(ch) = state.channels.get(channel) {
+            if payload == UNLOCK_MESSAGE.as_bytes() {
+                ch.wake_one();
+            } else {
+                ch.wake_all();
+            }
+        }
+    }
+
+    /// Marks every channel not live and wakes every waiter so it falls back
+    /// to PTTL-bounded retries.
+    fn disconnected(&self) {
+        let state = self.state();
+        for ch in state.channels.values() {
+            ch.live.send_replace(false);
+            ch.wake_all();
+        }
+    }
+
+    fn wants(&self, channel: &str, generation: u64) -> bool {
+        self.state()
+            .channels
+            .get(channel)
+            .is_some_and(|c| c.generation == generation)
+    }
+
+    fn mark_live(&self, channel: &str, generation: u64) {
+        if let Some(ch) = self.state().channels.get(channel) {
+            if ch.generation == generation {
+                ch.live.send_replace(true);
+            }
+        }
+    }
+}
+
+impl PubSub {
+    /// Starts the hub's task on the current runtime.
+    pub(crate) fn start(
+        client: redis::Client,
+        connect_timeout: Duration,
+        command_timeout: Duration,
+        shutdown: CancellationToken,
+    ) -> Self {
+        let (commands, rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared {
+            state: Mutex::new(State::default()),
+            commands,
+        });
+        tokio::spawn(run(
+            shared.clone(),
+            rx,
+            client,
+            connect_timeout,
+            command_timeout,
+            shutdown,
+        ));
+        PubSub { shared }
+    }
+
+    /// Registers a waiter on `channel`, subscribing when it is the first one.
+    /// Wait for [`Subscription::ready`] before the retry that follows, so an
+    /// unlock between the retry and the wait is not missed.
+    pub(crate) fn subscribe(&self, channel: &str) -> Subscription {
+        let slot = Arc::new(Slot::default());
+        let mut state = self.shared.state();
+        let live = match state.channels.get_mut(channel) {
+            Some(ch) => {
+                ch.waiters.push_back(slot.clone());
+                ch.live.subscribe()
+            }
+            None => {
+                state.next_generation += 1;
+                let generation = state.next_generation;
+                let (live, rx) = watch::channel(false);
+                state.channels.insert(
+                    channel.to_string(),
+                    Channel {
+                        generation,
+                        waiters: VecDeque::from([slot.clone()]),
+                        live,
+                    },
+                );
+                // The task outlives every subscription unless the client is
+                // shutting down, in which case nobody waits for the answer.
+                let _ = self.shared.commands.send(Command::Subscribe {
+                    channel: channel.to_string(),
+                    generation,
+                });
+                rx
+            }
+        };
+        drop(state);
+        Subscription {
+            shared: self.shared.clone(),
+            channel: channel.to_string(),
+            slot,
+            live,
+        }
+    }
+
+    /// Number of channels with local waiters (for tests and diagnostics).
+    #[cfg(test)]
+    pub(crate) fn channel_count(&self) -> usize {
+        self.shared.state().channels.len()
+    }
+}
+
+/// One waiter's registration on a channel; unregisters on drop.
+#[derive(Debug)]
+pub(crate) struct Subscription {
+    shared: Arc<Shared>,
+    channel: String,
+    slot: Arc<Slot>,
+    live: watch::Receiver<bool>,
+}
+
+impl Subscription {
+    /// Waits (at most `timeout`) until Redis confirmed the subscription.
+    /// Returns false when it did not: the caller then relies on PTTL-bounded
+    /// retries alone.
+    pub(crate) async fn ready(&mut self, timeout: Duration) -> bool {
+        matches!(
+            tokio::time::timeout(timeout, self.live.wait_for(|live| *live)).await,
+            Ok(Ok(_))
+        )
+    }
+
+    /// Whether unlock messages currently reach this waiter.
+    #[cfg(test)]
+    pub(crate) fn is_live(&self) -> bool {
+        *self.live.borrow()
+    }
+
+    /// Resolves when this waiter is woken (unlock message, reconnect).
+    pub(crate) async fn woken(&self) {
+        self.slot.notify.notified().await;
+        self.slot.pending.store(false, Ordering::Release);
+    }
+}
+
+impl Drop for Subscription {
+    fn drop(&mut self) {
+        let mut state = self.shared.state();
+        let Some(ch) = state.channels.get_mut(&self.channel) else {
+            return;
+        };
+        ch.waiters.retain(|s| !Arc::ptr_eq(s, &self.slot));
+        if self.slot.is_pending() {
+            // This waiter was woken for an unlock it will not use: pass it on.
+            ch.wake_one();
+        }
+        if ch.waiters.is_empty() {
+            state.channels.remove(&self.channel);
+            let _ = self.shared.commands.send(Command::Unsubscribe {
+                channel: std::mem::take(&mut self.channel),
+            });
+        }
+    }
+}
+
+async fn run(
+    shared: Arc<Shared>,
+    mut commands: mpsc::UnboundedReceiver<Command>,
+    client: redis::Client,
+    connect_timeout: Duration,
+    command_timeout: Duration,
+    shutdown: CancellationToken,
+) {
+    let mut backoff = MIN_BACKOFF;
+    loop {
+        let connected = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = tokio::time::timeout(connect_timeout, client.get_async_pubsub()) => r,
+        };
+        let pubsub = match connected {
+            Ok(Ok(p)) => p,
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "lock pub/sub connect failed; retrying");
+                if sleep_or_shutdown(&shutdown, backoff).await {
+                    return;
+                }
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                continue;
+            }
+            Err(_) => {
+                tracing::debug!("lock pub/sub connect timed out; retrying");
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                continue;
+            }
+        };
+        let (mut sink, mut stream) = pubsub.split();
+
+        // Subscribe again to every channel that has waiters.
+        let wanted: Vec<(String, u64)> = shared
+            .state()
+            .channels
+            .iter()
+            .map(|(name, ch)| (name.clone(), ch.generation))
+            .collect();
+        if !wanted.is_empty() {
+            let names: Vec<&str> = wanted.iter().map(|(n, _)| n.as_str()).collect();
+            match tokio::time::timeout(command_timeout, sink.subscribe(&names)).await {
+                Ok(Ok(())) => {
+                    for (name, generation) in &wanted {
+                        shared.mark_live(name, *generation);
+                    }
+                    // Unlocks published while we were away were missed: let
+                    // every waiter retry once.
+                    let state = shared.state();
+                    for ch in state.channels.values() {
+                        ch.wake_all();
+                    }
+                }
+                _ => {
+                    if sleep_or_shutdown(&shutdown, backoff).await {
+                        return;
+                    }
+                    continue;
+                }
+            }
+        }
+        backoff = MIN_BACKOFF;
+        tracing::debug!(channels = wanted.len(), "lock pub/sub connected");
+
+        loop {
+            tokio::select! {
+                _ = shutdown.cancelled() => return,
+                command = commands.recv() => {
+                    let ok = match command {
+                        None => return,
+                        Some(Command::Subscribe { channel, generation }) => {
+                            if !shared.wants(&channel, generation) {
+                                continue;
+                            }
+                            let r = tokio::time::timeout(command_timeout, sink.subscribe(&channel)).await;
+                            let ok = matches!(r, Ok(Ok(())));
+                            if ok {
+                                shared.mark_live(&channel, generation);
+                            }
+                            ok
+                        }
+                        Some(Command::Unsubscribe { channel }) => {
+                            if shared.state().channels.contains_key(&channel) {
+                                // New waiters came back meanwhile: stay subscribed.
+                                continue;
+                            }
+                            let r = tokio::time::timeout(command_timeout, sink.unsubscribe(&channel)).await;
+                            matches!(r, Ok(Ok(())))
+                        }
+                    };
+                    if !ok {
+                        break;
+                    }
+                }
+                message = stream.next() => match message {
+                    Some(msg) => shared.dispatch(msg.get_channel_name(), msg.get_payload_bytes()),
+                    None => break,
+                },
+            }
+        }
+        tracing::warn!("lock pub/sub connection lost; waiters fall back to TTL-bounded retries while it reconnects");
+        shared.disconnected();
+    }
+}
+
+/// Sleeps for `d`; returns true when the client shut down meanwhile.
+async fn sleep_or_shutdown(shutdown: &CancellationToken, d: Duration) -> bool {
+    tokio::select! {
+        _ = shutdown.cancelled() => true,
+        _ = tokio::time::sleep(d) => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hub_without_server() -> (PubSub, CancellationToken) {
+        // Port 1 on loopback: nothing listens, so the hub never connects and
+        // the tests exercise only the local registry.
+        let client = redis::Client::open("redis://127.0.0.1:1").expect("static url");
+        let shutdown = CancellationToken::new();
+        let hub = PubSub::start(
+            client,
+            Duration::from_millis(50),
+            Duration::from_millis(50),
+            shutdown.clone(),
+        );
+        (hub, shutdown)
+    }
+
+    async fn is_woken(sub: &Subscription) -> bool {
+        tokio::time::timeout(Duration::from_millis(20), sub.woken())
+            .await
+            .is_ok()
+    }
+
+    #[tokio::test]
+    async fn unlock_message_wakes_exactly_one_waiter_in_arrival_order() {
+        let (hub, shutdown) = hub_without_server();
+        let a = hub.subscribe("ch");
+        let b = hub.subscribe("ch");
+        hub.shared.dispatch("ch", b"0");
+        assert!(is_woken(&a).await);
+        assert!(!is_woken(&b).await);
+        hub.shared.dispatch("ch", b"0");
+        hub.shared.dispatch("ch", b"0");
+        // a consumed its wake-up, so the next goes to a again (front of the
+        // queue), and the one after that finds a pending and goes to b
+        assert!(is_woken(&a).await);
+        assert!(is_woken(&b).await);
+        shutdown.cancel();
+    }
+
+    #[tokio::test]
+    async fn other_messages_wake_every_waiter() {
+        let (hub, shutdown) = hub_without_server();
+        let subs: Vec<_> = (0..3).map(|_| hub.subscribe("ch")).collect();
+        hub.shared.dispatch("ch", b"1");
+        for s in &subs {
+            assert!(is_woken(s).await);
+        }
+        shutdown.cancel();
+    }
+
+    #[tokio::test]
+    async fn a_dropped_woken_waiter_passes_its_wake_up_on() {
+        let (hub, shutdown) = hub_without_server();
+        let a = hub.subscribe("ch");
+        let b = hub.subscribe("ch");
+        hub.shared.dispatch("ch", b"0");
+        drop(a);
+        assert!(is_woken(&b).await);
+        shutdown.cancel();
+    }
+
+    #[tokio::test]
+    async fn channels_are_reference_counted() {
+        let (hub, shutdown) = hub_without_server();
+        let a = hub.subscribe("x");
+        let b = hub.subscribe("x");
+        let c = hub.subscribe("y");
+        assert_eq!(hub.channel_count(), 2);
+        drop(a);
+        assert_eq!(hub.channel_count(), 2);
+        drop(b);
+        assert_eq!(hub.channel_count(), 1);
+        drop(c);
+        assert_eq!(hub.channel_count(), 0);
+        shutdown.cancel();
+    }
+
+    #[tokio::test]
+    async fn not_ready_without_a_server() {
+        let (hub, shutdown) = hub_without_server();
+        let mut a = hub.subscribe("x");
+        assert!(!a.ready(Duration::from_millis(30)).await);
+        assert!(!a.is_live());
+        shutdown.cancel();
+    }
+}

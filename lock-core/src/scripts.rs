@@ -1,0 +1,120 @@
+//! The Lua scripts of the lock protocol, run with EVALSHA (loaded on NOSCRIPT).
+
+use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind, Value};
+
+use crate::connection::Conn;
+
+/// One Lua script: its source and SHA-1, computed once.
+#[derive(Debug)]
+pub(crate) struct Script {
+    source: &'static str,
+    sha: String,
+}
+
+impl Script {
+    fn new(source: &'static str) -> Self {
+        Script {
+            source,
+            sha: redis::Script::new(source).get_hash().to_string(),
+        }
+    }
+
+    /// An `EVALSHA` command for this script (keys first, then args).
+    pub(crate) fn evalsha<K: redis::ToRedisArgs, A: redis::ToRedisArgs>(
+        &self,
+        keys: &[K],
+        args: A,
+    ) -> Cmd {
+        let mut cmd = redis::cmd("EVALSHA");
+        cmd.arg(&self.sha).arg(keys.len()).arg(keys).arg(args);
+        cmd
+    }
+
+    /// `SCRIPT LOAD` for this script.
+    pub(crate) fn load_cmd(&self) -> Cmd {
+        let mut cmd = redis::cmd("SCRIPT");
+        cmd.arg("LOAD").arg(self.source);
+        cmd
+    }
+
+    /// Runs `cmd` (built by [`Script::evalsha`]); loads the script and
+    /// retries once when Redis does not know it (first use, restart, SCRIPT FLUSH).
+    pub(crate) async fn run(&self, conn: &mut Conn, cmd: &Cmd) -> RedisResult<Value> {
+        match conn.query(cmd).await {
+            Err(e) if is_noscript(&e) => {
+                conn.query(&self.load_cmd()).await?;
+                conn.query(cmd).await
+            }
+            other => other,
+        }
+    }
+}
+
+pub(crate) fn is_noscript(e: &redis::RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
+}
+
+/// A pipeline reply item that says NOSCRIPT.
+pub(crate) fn is_noscript_reply(v: &Value) -> bool {
+    matches!(v, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript))
+}
+
+/// The four scripts of the protocol.
+#[derive(Debug)]
+pub(crate) struct Scripts {
+    pub(crate) acquire: Script,
+    pub(crate) release: Script,
+    pub(crate) renew: Script,
+    pub(crate) force_unlock: Script,
+}
+
+impl Scripts {
+    pub(crate) fn new() -> Self {
+        Scripts {
+            acquire: Script::new(include_str!("scripts/acquire.lua")),
+            release: Script::new(include_str!("scripts/release.lua")),
+            renew: Script::new(include_str!("scripts/renew.lua")),
+            force_unlock: Script::new(include_str!("scripts/force_unlock.lua")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shas_are_distinct_hex() {
+        let s = Scripts::new();
+        let shas = [
+            &s.acquire.sha,
+            &s.release.sha,
+            &s.renew.sha,
+            &s.force_unlock.sha,
+        ];
+        for sha in shas {
+            assert_eq!(sha.len(), 40);
+            assert!(sha.chars().all(|c| c.is_ascii_hexdigit()));
+        }
+        let mut sorted: Vec<_> = shas.to_vec();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 4);
+    }
+
+    #[test]
+    fn evalsha_counts_keys() {
+        let s = Scripts::new();
+        let cmd = s.renew.evalsha(&["k"], (100u64, "owner"));
+        let args: Vec<String> = cmd
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                _ => String::new(),
+            })
+            .collect();
+        assert_eq!(args[0], "EVALSHA");
+        assert_eq!(args[2], "1");
+        assert_eq!(&args[3..], ["k", "100", "owner"]);
+    }
+}

@@ -1,0 +1,23 @@
+-- Release one hold of a lock, at most once per request id.
+-- KEYS[1] lock hash, KEYS[2] unlock channel, KEYS[3] unlock latch for this request
+-- ARGV[1] owner id, ARGV[2] lease in ms (kept while holds remain),
+-- ARGV[3] unlock message, ARGV[4] latch lifetime in ms
+-- Returns 1 when the lock was freed, 0 when holds remain, nil when the owner
+-- did not hold it. A retried request returns its first result.
+local first = redis.call('get', KEYS[3])
+if first then
+  return tonumber(first)
+end
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+  return nil
+end
+local result = 0
+if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
+  redis.call('pexpire', KEYS[1], ARGV[2])
+else
+  redis.call('del', KEYS[1])
+  redis.call('publish', KEYS[2], ARGV[3])
+  result = 1
+end
+redis.call('set', KEYS[3], result, 'px', ARGV[4])
+return result

@@ -1,0 +1,84 @@
+//! Helpers shared by the end-to-end suites.
+#![allow(dead_code, unreachable_pub)]
+
+use std::future::Future;
+use std::time::Duration;
+
+use lock_core::LockClient;
+use lock_tests::RedisServer;
+
+/// A private redis-server and a lock client on it.
+pub struct Env {
+    pub server: RedisServer,
+    pub client: LockClient,
+}
+
+pub fn server() -> RedisServer {
+    match RedisServer::start() {
+        Ok(s) => s,
+        Err(e) => panic!("cannot start redis-server: {e}"),
+    }
+}
+
+/// A client with a short watchdog timeout (`watchdog_ms`).
+pub fn client_for(server: &RedisServer, watchdog_ms: u64) -> LockClient {
+    LockClient::builder(server.url())
+        .watchdog_timeout(Duration::from_millis(watchdog_ms))
+        .command_timeout(Duration::from_secs(2))
+        .connect_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap_or_else(|e| panic!("client: {e}"))
+}
+
+pub fn env(watchdog_ms: u64) -> Env {
+    let server = server();
+    let client = client_for(&server, watchdog_ms);
+    Env { server, client }
+}
+
+/// A raw redis-rs connection for the tests' own reads and writes.
+pub async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
+    let client = redis::Client::open(server.url()).unwrap_or_else(|e| panic!("{e}"));
+    client
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("raw connection: {e}"))
+}
+
+pub async fn cmd<T: redis::FromRedisValue>(
+    conn: &mut redis::aio::MultiplexedConnection,
+    args: &[&str],
+) -> T {
+    let mut c = redis::cmd(args[0]);
+    for a in &args[1..] {
+        c.arg(*a);
+    }
+    c.query_async(conn)
+        .await
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+/// Polls `check` every 10 ms until it is true or `limit` passes; returns
+/// the time it took, or None.
+pub async fn eventually<F, Fut>(limit: Duration, mut check: F) -> Option<Duration>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = bool>,
+{
+    let start = tokio::time::Instant::now();
+    while start.elapsed() < limit {
+        if check().await {
+            return Some(start.elapsed());
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    None
+}
+
+/// Awaits `fut` at most `limit`, panicking with `what` otherwise.
+pub async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>) -> T {
+    match tokio::time::timeout(limit, fut).await {
+        Ok(v) => v,
+        Err(_) => panic!("{what}: not done within {limit:?}"),
+    }
+}
