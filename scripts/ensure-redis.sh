@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Makes sure a redis-server binary is on PATH; installs Debian's package when
+# it is missing (as root, or through sudo). Sourced by demo.sh and test.sh.
+set -euo pipefail
+
+if command -v redis-server >/dev/null 2>&1 || [ -n "${REDIS_SERVER_BIN:-}" ]; then
+  return 0 2>/dev/null || exit 0
+fi
+
+echo "redis-server is not installed: installing Debian's redis-server package (apt-get)..." >&2
+if ! command -v apt-get >/dev/null 2>&1; then
+  echo "error: no apt-get here; install redis-server yourself (e.g. 'brew install redis') or set REDIS_SERVER_BIN" >&2
+  exit 1
+fi
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+  if command -v sudo >/dev/null 2>&1; then
+    SUDO="sudo"
+  else
+    echo "error: installing redis-server needs root (or sudo)" >&2
+    exit 1
+  fi
+fi
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get update -qq
+$SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends redis-server >/dev/null
+command -v redis-server >/dev/null 2>&1 || { echo "error: redis-server still not found after install" >&2; exit 1; }
+echo "installed $(redis-server --version)" >&2
