@@ -85,7 +85,9 @@ impl Core {
     ) -> Result<bool> {
         let request_id = uuid::Uuid::new_v4().simple().to_string();
         let latch = keys.latch(&request_id);
-        let latch_ms = (self.config.command_timeout * RELEASE_RETRY_WINDOW_FACTOR * 2)
+        // The latch must outlive the last retry that can reach Redis.
+        let window = self.config.command_timeout * RELEASE_RETRY_WINDOW_FACTOR;
+        let latch_ms = (window + self.config.connect_timeout + self.config.command_timeout * 2)
             .as_millis()
             .max(1000) as u64;
         let cmd = self.scripts.release.evalsha(

@@ -18,6 +18,10 @@ pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default maximum length of a lock name in bytes (prefix included).
 pub const DEFAULT_MAX_NAME_LEN: usize = 1024;
 
+/// Longest accepted lease (explicit or watchdog timeout): 365 days. Longer
+/// values overflow what Redis accepts for PEXPIRE once added to the clock.
+pub const MAX_LEASE: Duration = Duration::from_secs(365 * 24 * 3600);
+
 /// A callback that receives errors of background work (releases of dropped
 /// guards, renewals) that no caller is waiting for.
 pub(crate) type ErrorHook = Arc<dyn Fn(&Error) + Send + Sync>;
@@ -91,6 +95,11 @@ impl ClientConfig {
         if self.watchdog_timeout < Duration::from_millis(30) {
             return Err(Error::InvalidArgument(
                 "watchdog_timeout must be at least 30ms (it is renewed every third of it)".into(),
+            ));
+        }
+        if self.watchdog_timeout > MAX_LEASE {
+            return Err(Error::InvalidArgument(
+                "watchdog_timeout must be at most 365 days".into(),
             ));
         }
         positive("connect_timeout", self.connect_timeout)?;

@@ -49,6 +49,14 @@ impl Held {
         }
     }
 
+    /// Known lost: a renewal found it gone, renewals failed until the lease
+    /// ran out, or a fixed lease ran out. Releasing it in Redis could only
+    /// take a hold that a later acquisition of the same owner made.
+    fn known_lost(&self) -> bool {
+        self.lost.is_cancelled()
+            || matches!(self.lease, Lease::Fixed { expires_at, .. } if Instant::now() >= expires_at)
+    }
+
     fn lease_ms(&self) -> u64 {
         match self.lease {
             Lease::Watchdog => lease_ms(None, self.lock.client.inner.core.config.watchdog_timeout),
@@ -275,8 +283,12 @@ impl LockGuard {
             return Ok(());
         };
         held.stop_renewal();
-        let lease_ms = held.lease_ms();
         let name = held.lock.keys.name.clone();
+        if held.known_lost() {
+            tracing::warn!(lock = %name, "lock was lost before release");
+            return Err(Error::Lost { name });
+        }
+        let lease_ms = held.lease_ms();
         let core = held.lock.client.inner.core.clone();
         let keys = held.lock.keys.clone();
         let owner = held.owner.clone();
@@ -306,6 +318,9 @@ impl Drop for LockGuard {
     fn drop(&mut self) {
         if let Some(held) = self.held.take() {
             held.stop_renewal();
+            if held.known_lost() {
+                return;
+            }
             let lease_ms = held.lease_ms();
             held.lock.client.release_in_background(ReleaseJob {
                 keys: held.lock.keys.clone(),

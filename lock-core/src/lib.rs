@@ -125,7 +125,7 @@ mod watchdog;
 pub use client::LockClient;
 pub use config::{
     ClientBuilder, ClientConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_MAX_NAME_LEN, DEFAULT_POOL_SIZE, DEFAULT_WATCHDOG_TIMEOUT,
+    DEFAULT_MAX_NAME_LEN, DEFAULT_POOL_SIZE, DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE,
 };
 pub use context::{in_context, LockContext};
 pub use error::{Error, Result};

@@ -111,12 +111,22 @@ impl AcquireOptions {
             if lease < Duration::from_millis(1) {
                 return Err(Error::InvalidArgument("lease must be at least 1ms".into()));
             }
-            if lease.as_millis() > i64::MAX as u128 {
-                return Err(Error::InvalidArgument("lease is too long".into()));
+            if lease > crate::config::MAX_LEASE {
+                return Err(Error::InvalidArgument(
+                    "lease must be at most 365 days".into(),
+                ));
             }
         }
         Ok(())
     }
+}
+
+/// Who acquires: the owner id, and whether it is fresh (no context), in
+/// which case every hold it has in Redis is this acquisition's.
+#[derive(Clone, Debug)]
+struct Owner {
+    id: Arc<str>,
+    fresh: bool,
 }
 
 /// The outcome of one acquire script call.
@@ -282,24 +292,25 @@ impl Lock {
 
     async fn acquire_inner(&self, options: AcquireOptions) -> Result<Option<LockGuard>> {
         options.validate()?;
-        let owner = self.client.owner_id(owner_number_for_acquire());
-        let span = tracing::debug_span!("lock.acquire", lock = %self.keys.lock, owner = %owner);
+        let fresh_owner = LockContext::current().is_none();
+        let owner = Owner {
+            id: self.client.owner_id(owner_number_for_acquire()),
+            fresh: fresh_owner,
+        };
+        let span = tracing::debug_span!("lock.acquire", lock = %self.keys.lock, owner = %owner.id);
         self.wait_loop(owner, options).instrument(span).await
     }
 
-    async fn wait_loop(
-        &self,
-        owner: Arc<str>,
-        options: AcquireOptions,
-    ) -> Result<Option<LockGuard>> {
+    async fn wait_loop(&self, owner: Owner, options: AcquireOptions) -> Result<Option<LockGuard>> {
         let started = Instant::now();
         let deadline = match options.wait {
             Wait::Bounded(w) => Some(started + w),
             _ => None,
         };
-        if let Attempt::Acquired(guard) = self.attempt(&owner, options.lease).await? {
-            return Ok(Some(guard));
-        }
+        let first_pttl_ms = match self.attempt(&owner, options.lease).await? {
+            Attempt::Acquired(guard) => return Ok(Some(guard)),
+            Attempt::Held { pttl_ms } => pttl_ms,
+        };
         if options.wait == Wait::Never || deadline.is_some_and(|d| Instant::now() >= d) {
             tracing::debug!("lock busy");
             return Ok(None);
@@ -309,12 +320,14 @@ impl Lock {
         tracing::debug!("lock busy; waiting");
         let mut subscription = self.client.inner.pubsub.subscribe(&self.keys.channel);
         let config = &self.client.inner.core.config;
-        let ready_bound = match deadline {
-            Some(d) => config
-                .command_timeout
-                .min(d.saturating_duration_since(Instant::now())),
-            None => config.command_timeout,
-        };
+        // Do not wait for the subscription longer than the holder has left.
+        let mut ready_bound = config.command_timeout;
+        if first_pttl_ms >= 0 {
+            ready_bound = ready_bound.min(Duration::from_millis(first_pttl_ms as u64));
+        }
+        if let Some(d) = deadline {
+            ready_bound = ready_bound.min(d.saturating_duration_since(Instant::now()));
+        }
         if !subscription.ready(ready_bound).await {
             tracing::debug!("lock pub/sub not ready; relying on TTL-bounded retries");
         }
@@ -355,7 +368,7 @@ impl Lock {
     /// Runs the acquire script once. The call runs in its own task, so a
     /// grant that arrives after the caller gave up is dropped there, and
     /// dropping a guard releases it: nothing stays locked until expiry.
-    async fn attempt(&self, owner: &Arc<str>, lease: Option<Duration>) -> Result<Attempt> {
+    async fn attempt(&self, owner: &Owner, lease: Option<Duration>) -> Result<Attempt> {
         let lock = self.clone();
         let owner = owner.clone();
         let task = tokio::spawn(async move { lock.attempt_now(owner, lease).await });
@@ -365,15 +378,31 @@ impl Lock {
         }
     }
 
-    async fn attempt_now(&self, owner: Arc<str>, lease: Option<Duration>) -> Result<Attempt> {
+    async fn attempt_now(&self, owner: Owner, lease: Option<Duration>) -> Result<Attempt> {
         let core = &self.client.inner.core;
         let lease_ms = lease_ms(lease, core.config.watchdog_timeout);
         let sent_at = Instant::now();
         let cmd = core.scripts.acquire.evalsha(
             &[self.keys.lock.as_str(), self.keys.token.as_str()],
-            (lease_ms, &*owner),
+            (lease_ms, &*owner.id),
         );
-        let reply = core.run_script(&core.scripts.acquire, &cmd).await?;
+        let reply = match core.run_script(&core.scripts.acquire, &cmd).await {
+            Ok(reply) => reply,
+            Err(e) => {
+                if e.is_transient() && owner.fresh {
+                    // The script may have run and its reply been lost. This
+                    // owner is fresh (no context), so any hold it has is
+                    // this attempt's: release it rather than leave it held.
+                    self.client
+                        .release_in_background(crate::client::ReleaseJob {
+                            keys: self.keys.clone(),
+                            owner: owner.id.clone(),
+                            lease_ms,
+                        });
+                }
+                return Err(e);
+            }
+        };
         let (kind, value) = match &reply {
             Value::Array(items) => match items.as_slice() {
                 [Value::Int(kind), Value::Int(value)] => (*kind, *value),
@@ -395,7 +424,7 @@ impl Lock {
                 tracing::debug!(token, reentry = kind == 2, "lock acquired");
                 Ok(Attempt::Acquired(LockGuard::new(
                     self.clone(),
-                    owner,
+                    owner.id,
                     token,
                     lease,
                     sent_at,

@@ -22,6 +22,9 @@ use crate::keys::UNLOCK_MESSAGE;
 
 const MIN_BACKOFF: Duration = Duration::from_millis(20);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
+/// How often an idle pub/sub connection is checked with PING, so that a
+/// silently dropped connection is noticed and replaced.
+const HEALTH_CHECK_EVERY: Duration = Duration::from_secs(3);
 
 /// The client's pub/sub hub.
 #[derive(Debug)]
@@ -319,6 +322,7 @@ async fn run(
                     if sleep_or_shutdown(&shutdown, backoff).await {
                         return;
                     }
+                    backoff = (backoff * 2).min(MAX_BACKOFF);
                     continue;
                 }
             }
@@ -326,9 +330,18 @@ async fn run(
         backoff = MIN_BACKOFF;
         tracing::debug!(channels = wanted.len(), "lock pub/sub connected");
 
+        let mut health = tokio::time::interval(HEALTH_CHECK_EVERY);
+        health.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        health.reset();
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
+                _ = health.tick() => {
+                    let pong = tokio::time::timeout(command_timeout, sink.ping::<String>()).await;
+                    if !matches!(pong, Ok(Ok(_))) {
+                        break;
+                    }
+                }
                 command = commands.recv() => {
                     let ok = match command {
                         None => return,

@@ -193,9 +193,14 @@ async fn run(
 
         let started = Instant::now();
         let lease_ms = core.config.watchdog_timeout.as_millis() as u64;
-        let batches = due
-            .chunks(BATCH)
-            .map(|chunk| renew_batch(&core, chunk, lease_ms));
+        // One slow connection must not hold up every renewal: a batch that
+        // takes longer than a period counts as failed and is retried.
+        let batches = due.chunks(BATCH).map(|chunk| async {
+            match tokio::time::timeout(period, renew_batch(&core, chunk, lease_ms)).await {
+                Ok(result) => result,
+                Err(_) => Err(Error::CommandTimeout),
+            }
+        });
         let results = futures_util::future::join_all(batches).await;
         for err in results.iter().filter_map(|r| r.as_ref().err()) {
             tracing::warn!(error = %err, "lock watchdog renewal failed; will retry until the lease runs out");

@@ -704,3 +704,101 @@ async fn remaining_ttl_and_is_locked_report_the_state() {
     g.release().await.expect("release");
     assert_eq!(lock.remaining_ttl().await.expect("ttl"), None);
 }
+
+// ------------------------------------------------- re-entry and lost guards
+
+#[tokio::test]
+async fn a_short_reentrant_lease_never_shortens_the_outer_lease() {
+    let e = env(30_000);
+    let lock = e.client.lock("mixed-lease").expect("name");
+    let ctx = LockContext::new();
+    let outer = ctx.clone().scope(lock.acquire()).await.expect("outer");
+    let inner = ctx
+        .clone()
+        .scope(lock.acquire_with_lease(Duration::from_millis(100)))
+        .await
+        .expect("inner");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        lock.is_locked().await.expect("locked"),
+        "the inner lease expired the outer hold"
+    );
+    let ttl = lock.remaining_ttl().await.expect("ttl").expect("locked");
+    assert!(ttl > Duration::from_secs(20), "{ttl:?}");
+    drop(inner);
+    assert!(outer.is_held());
+    outer.release().await.expect("outer release");
+}
+
+#[tokio::test]
+async fn a_lost_guard_never_releases_a_newer_hold_of_its_context() {
+    let e = env(600);
+    let lock = e.client.lock("stale").expect("name");
+    let ctx = LockContext::new();
+    let old = ctx.clone().scope(lock.acquire()).await.expect("old");
+    assert!(lock.force_unlock().await.expect("force"));
+    within(Duration::from_secs(1), "old lost", old.lost()).await;
+    let new = ctx.clone().scope(lock.acquire()).await.expect("new");
+    drop(old); // must not release the new hold of the same owner
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        ctx.clone().scope(lock.hold_count()).await.expect("count"),
+        1
+    );
+    assert!(new.is_held());
+    new.release().await.expect("the new hold is intact");
+}
+
+#[tokio::test]
+async fn too_long_leases_are_rejected() {
+    let e = env(30_000);
+    let lock = e.client.lock("huge").expect("name");
+    let err = lock
+        .acquire_with_lease(Duration::from_secs(400 * 24 * 3600))
+        .await
+        .expect_err("too long");
+    assert!(matches!(err, Error::InvalidArgument(_)), "{err:?}");
+    assert!(
+        !lock.is_locked().await.expect("locked"),
+        "nothing was written"
+    );
+    let err = LockClient::builder(e.server.url())
+        .watchdog_timeout(Duration::from_secs(400 * 24 * 3600))
+        .build()
+        .expect_err("too long");
+    assert!(err.is_invalid_input());
+}
+
+#[tokio::test]
+async fn waiters_survive_a_killed_pubsub_connection() {
+    let e = env(30_000);
+    let lock = e.client.lock("pubsub-kill").expect("name");
+    let holder = lock
+        .acquire_with_lease(Duration::from_secs(10))
+        .await
+        .expect("holder");
+    let l = lock.clone();
+    let waiter = tokio::spawn(async move { l.acquire().await });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let killed = e
+        .server
+        .command(&["CLIENT", "KILL", "TYPE", "pubsub"])
+        .expect("client kill");
+    assert_eq!(
+        killed.as_i64(),
+        Some(1),
+        "one pub/sub connection per client"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released_at = Instant::now();
+    holder.release().await.expect("release");
+    let g = within(Duration::from_secs(3), "waiter after pubsub kill", waiter)
+        .await
+        .expect("join")
+        .expect("acquire");
+    assert!(
+        released_at.elapsed() < Duration::from_secs(2),
+        "waiter relied on the 10 s lease, not on the reconnected subscription"
+    );
+    g.release().await.expect("release");
+}

@@ -10,7 +10,10 @@ if redis.call('exists', KEYS[1]) == 0 then
 end
 if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
   redis.call('hincrby', KEYS[1], ARGV[2], 1)
-  redis.call('pexpire', KEYS[1], ARGV[1])
+  -- a re-entry never shortens the lease an outer hold relies on
+  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
+    redis.call('pexpire', KEYS[1], ARGV[1])
+  end
   local token = tonumber(redis.call('get', KEYS[2]))
   if token == nil then
     token = redis.call('incr', KEYS[2])

@@ -1,6 +1,6 @@
 -- Release one hold of a lock, at most once per request id.
 -- KEYS[1] lock hash, KEYS[2] unlock channel, KEYS[3] unlock latch for this request
--- ARGV[1] owner id, ARGV[2] lease in ms (kept while holds remain),
+-- ARGV[1] owner id, ARGV[2] lease in ms (at least this long while holds remain),
 -- ARGV[3] unlock message, ARGV[4] latch lifetime in ms
 -- Returns 1 when the lock was freed, 0 when holds remain, nil when the owner
 -- did not hold it. A retried request returns its first result.
@@ -13,7 +13,10 @@ if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
 end
 local result = 0
 if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
-  redis.call('pexpire', KEYS[1], ARGV[2])
+  -- the remaining holds keep at least their lease; never shorten it
+  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.call('pexpire', KEYS[1], ARGV[2])
+  end
 else
   redis.call('del', KEYS[1])
   redis.call('publish', KEYS[2], ARGV[3])
