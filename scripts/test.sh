@@ -18,5 +18,6 @@ echo "== cargo fmt --check" >&2
 cargo fmt --all -- --check
 echo "== cargo clippy" >&2
 cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy -p lock-core --features tls --locked -- -D warnings
 echo "== cargo test" >&2
 cargo test --workspace --locked
