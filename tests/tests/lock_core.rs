@@ -802,3 +802,42 @@ async fn waiters_survive_a_killed_pubsub_connection() {
     );
     g.release().await.expect("release");
 }
+
+#[tokio::test]
+async fn renewals_failing_until_the_lease_runs_out_mark_the_lock_lost() {
+    let e = env(600);
+    let lock = e.client.lock("paused").expect("name");
+    let guard = lock.acquire().await.expect("acquire");
+    // Redis stops answering: renewals time out and are retried, and once
+    // the lease (600 ms) has run out since the last success the guard is lost.
+    e.server.pause().expect("pause");
+    let paused_at = Instant::now();
+    within(
+        Duration::from_secs(3),
+        "lost() while redis is paused",
+        guard.lost(),
+    )
+    .await;
+    let took = paused_at.elapsed();
+    e.server.resume().expect("resume");
+    assert!(!guard.is_held());
+    assert!(
+        took >= Duration::from_millis(350),
+        "declared lost after {took:?}, before the lease could have run out"
+    );
+    drop(guard);
+    // The client works again after the pause.
+    let g = within(Duration::from_secs(5), "acquire after resume", async {
+        loop {
+            match lock.acquire_timeout(Duration::from_secs(1)).await {
+                Ok(g) => break g,
+                Err(err) if err.is_redis() || err.is_wait_timeout() => {
+                    tokio::time::sleep(Duration::from_millis(50)).await
+                }
+                Err(err) => panic!("{err:?}"),
+            }
+        }
+    })
+    .await;
+    g.release().await.expect("release");
+}
