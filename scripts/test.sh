@@ -19,5 +19,7 @@ cargo fmt --all -- --check
 echo "== cargo clippy" >&2
 cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo clippy -p lock-core --features tls --locked -- -D warnings
+echo "== cargo doc (warnings are errors: broken links, missing docs)" >&2
+RUSTDOCFLAGS="-D warnings" cargo doc --workspace --no-deps --locked --quiet
 echo "== cargo test" >&2
 cargo test --workspace --locked
