@@ -131,3 +131,8 @@ pub use context::{in_context, LockContext};
 pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use lock::{AcquireOptions, Lock};
+
+/// The README's code, compiled as a doc test so that it stays true.
+#[cfg(doctest)]
+#[doc = include_str!("../../README.md")]
+struct ReadmeDoctests;
