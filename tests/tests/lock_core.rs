@@ -475,18 +475,28 @@ async fn redis_restart_under_a_holder_is_reported_lost_and_the_client_recovers()
     assert!(!guard.is_held());
     drop(guard);
     // New acquisitions work on fresh connections.
-    let g = within(Duration::from_secs(5), "acquire after restart", async {
+    let g = acquire_when_redis_is_back(&lock, "acquire after restart", Error::is_redis).await;
+    assert!(g.is_held());
+    g.release().await.expect("release");
+}
+
+/// Acquires `lock`, retrying (for at most 5 s) the errors `retry_on`
+/// accepts while Redis comes back.
+async fn acquire_when_redis_is_back(
+    lock: &lock_core::Lock,
+    what: &str,
+    retry_on: fn(&Error) -> bool,
+) -> lock_core::LockGuard {
+    within(Duration::from_secs(5), what, async {
         loop {
             match lock.acquire_timeout(Duration::from_secs(1)).await {
                 Ok(g) => break g,
-                Err(e) if e.is_redis() => tokio::time::sleep(Duration::from_millis(50)).await,
-                Err(e) => panic!("{e:?}"),
+                Err(err) if retry_on(&err) => tokio::time::sleep(Duration::from_millis(50)).await,
+                Err(err) => panic!("{err:?}"),
             }
         }
     })
-    .await;
-    assert!(g.is_held());
-    g.release().await.expect("release");
+    .await
 }
 
 #[tokio::test]
@@ -827,16 +837,8 @@ async fn renewals_failing_until_the_lease_runs_out_mark_the_lock_lost() {
     );
     drop(guard);
     // The client works again after the pause.
-    let g = within(Duration::from_secs(5), "acquire after resume", async {
-        loop {
-            match lock.acquire_timeout(Duration::from_secs(1)).await {
-                Ok(g) => break g,
-                Err(err) if err.is_redis() || err.is_wait_timeout() => {
-                    tokio::time::sleep(Duration::from_millis(50)).await
-                }
-                Err(err) => panic!("{err:?}"),
-            }
-        }
+    let g = acquire_when_redis_is_back(&lock, "acquire after resume", |err| {
+        err.is_redis() || err.is_wait_timeout()
     })
     .await;
     g.release().await.expect("release");
