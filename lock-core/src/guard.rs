@@ -297,8 +297,6 @@ impl LockGuard {
             async move { core.release(&keys, &owner, lease_ms).await },
             span,
         ));
-        // Keep the client alive until the release is done.
-        let _client = held.lock.client.clone();
         match task.await {
             Ok(Ok(true)) => {
                 tracing::debug!(lock = %name, "lock released");
