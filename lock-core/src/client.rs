@@ -14,6 +14,7 @@ use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::lock::Lock;
 use crate::pubsub::PubSub;
+use crate::queue::{new_epoch, Grant, Holding, LocalQueues};
 use crate::scripts::{Script, Scripts};
 use crate::watchdog::Watchdog;
 
@@ -27,6 +28,8 @@ pub(crate) struct Core {
     pub(crate) config: ClientConfig,
     pub(crate) pool: Pool,
     pub(crate) scripts: Scripts,
+    /// Waiters of this client, per lock, and its current holdings.
+    pub(crate) queues: LocalQueues,
     error_hook: Option<ErrorHook>,
 }
 
@@ -73,39 +76,158 @@ impl Core {
         }
     }
 
-    /// Releases one hold of `owner` on the lock, retrying transient
-    /// failures with the same request id (the script's latch makes a retry
-    /// after a lost reply harmless). Returns Ok(true) when the owner held the
-    /// lock, Ok(false) when it did not.
-    pub(crate) async fn release(
+    /// Releases one hold of `owner`'s holding `epoch` (`None`: whatever
+    /// holding `owner` has), handing the lock to the next local waiter when
+    /// there is one and the streak allows it. Returns Ok(true) when the
+    /// owner held the lock, Ok(false) when it did not.
+    ///
+    /// Call it from a task of its own: it must run to the end, or a waiter
+    /// picked for a hand-off would wait for a decision that never comes.
+    pub(crate) async fn release_hold(
         &self,
         keys: &LockKeys,
-        owner: &str,
+        owner: &Arc<str>,
+        epoch: Option<u64>,
         lease_ms: u64,
     ) -> Result<bool> {
+        let mut first: Option<Result<bool>> = None;
+        let (mut owner, mut epoch, mut lease_ms) = (owner.clone(), epoch, lease_ms);
+        loop {
+            let Some(next) = self.queues.offer(&keys.lock, &owner, epoch) else {
+                let outcome = self.release(keys, &owner, lease_ms).await;
+                if !matches!(outcome, Ok(ReleaseOutcome::HoldsRemain)) {
+                    self.queues.ended(&keys.lock, &owner, epoch);
+                }
+                let result = outcome.map(|o| o != ReleaseOutcome::NotHeld);
+                return first.unwrap_or(result);
+            };
+            let next_lease_ms = crate::lock::lease_ms(next.lease, self.config.watchdog_timeout);
+            let sent_at = tokio::time::Instant::now();
+            match self
+                .hand_off(keys, &owner, lease_ms, &next.owner, next_lease_ms)
+                .await
+            {
+                Ok(HandOff::Given { token }) => {
+                    let lost = CancellationToken::new();
+                    let new_epoch = new_epoch();
+                    let holding = Holding {
+                        owner: next.owner.clone(),
+                        epoch: new_epoch,
+                        lost: lost.clone(),
+                        expires_at: next.lease.map(|lease| sent_at + lease),
+                    };
+                    let grant = Grant {
+                        token,
+                        epoch: new_epoch,
+                        lost,
+                        sent_at,
+                    };
+                    tracing::debug!(lock = %keys.lock, from = %owner, to = %next.owner, token, "lock handed off");
+                    let abandoned = self.queues.handed_off(&keys.lock, &next, grant, holding);
+                    let done = first.get_or_insert(Ok(true));
+                    if !abandoned {
+                        return std::mem::replace(done, Ok(true));
+                    }
+                    // The waiter is gone: release its new hold (or pass it on).
+                    owner = next.owner.clone();
+                    epoch = Some(new_epoch);
+                    lease_ms = next_lease_ms;
+                }
+                Ok(HandOff::HoldsRemain) => {
+                    self.queues.withdraw(&keys.lock, &next);
+                    return first.unwrap_or(Ok(true));
+                }
+                Ok(HandOff::NotHeld) => {
+                    self.queues.withdraw(&keys.lock, &next);
+                    self.queues.ended(&keys.lock, &owner, epoch);
+                    return first.unwrap_or(Ok(false));
+                }
+                Err(e) => {
+                    self.queues.withdraw(&keys.lock, &next);
+                    self.queues.ended(&keys.lock, &owner, epoch);
+                    return first.unwrap_or(Err(e));
+                }
+            }
+        }
+    }
+
+    /// The latch key and lifetime of one release request: the latch must
+    /// outlive the last retry that can reach Redis.
+    fn latch(&self, keys: &LockKeys) -> (String, u64) {
         let request_id = uuid::Uuid::new_v4().simple().to_string();
-        let latch = keys.latch(&request_id);
-        // The latch must outlive the last retry that can reach Redis.
         let window = self.config.command_timeout * RELEASE_RETRY_WINDOW_FACTOR;
         let latch_ms = (window + self.config.connect_timeout + self.config.command_timeout * 2)
             .as_millis()
             .max(1000) as u64;
+        (keys.latch(&request_id), latch_ms)
+    }
+
+    /// Releases one hold of `owner` on the lock (no hand-off).
+    async fn release(&self, keys: &LockKeys, owner: &str, lease_ms: u64) -> Result<ReleaseOutcome> {
+        let (latch, latch_ms) = self.latch(keys);
         let cmd = self.scripts.release.evalsha(
             &[keys.lock.as_str(), keys.channel.as_str(), latch.as_str()],
             (owner, lease_ms, crate::keys::UNLOCK_MESSAGE, latch_ms),
         );
+        let reply = self
+            .run_with_retries(keys, &self.scripts.release, &cmd)
+            .await?;
+        match reply {
+            Value::Nil => Ok(ReleaseOutcome::NotHeld),
+            Value::Int(0) => Ok(ReleaseOutcome::HoldsRemain),
+            Value::Int(1) => Ok(ReleaseOutcome::Freed),
+            other => Err(Error::Protocol(format!(
+                "release script answered {other:?}"
+            ))),
+        }
+    }
+
+    /// Releases one hold of `owner`; at hold count zero the lock goes to
+    /// `next` with a new fencing token.
+    async fn hand_off(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+        lease_ms: u64,
+        next: &str,
+        next_lease_ms: u64,
+    ) -> Result<HandOff> {
+        let (latch, latch_ms) = self.latch(keys);
+        let cmd = self.scripts.handoff.evalsha(
+            &[keys.lock.as_str(), keys.token.as_str(), latch.as_str()],
+            (owner, lease_ms, latch_ms, next, next_lease_ms),
+        );
+        let reply = self
+            .run_with_retries(keys, &self.scripts.handoff, &cmd)
+            .await?;
+        let pair = match &reply {
+            Value::Array(items) => match items.as_slice() {
+                [Value::Int(kind), Value::Int(value)] => Some((*kind, *value)),
+                _ => None,
+            },
+            _ => None,
+        };
+        match pair {
+            Some((-1, _)) => Ok(HandOff::NotHeld),
+            Some((0, _)) => Ok(HandOff::HoldsRemain),
+            Some((3, token)) if token >= 0 => Ok(HandOff::Given {
+                token: token as u64,
+            }),
+            _ => Err(Error::Protocol(format!(
+                "handoff script answered {reply:?}"
+            ))),
+        }
+    }
+
+    /// Runs a release-type script, retrying transient failures with the
+    /// same request (its latch makes a retry after a lost reply harmless).
+    async fn run_with_retries(&self, keys: &LockKeys, script: &Script, cmd: &Cmd) -> Result<Value> {
         let deadline =
             tokio::time::Instant::now() + self.config.command_timeout * RELEASE_RETRY_WINDOW_FACTOR;
         let mut backoff = Duration::from_millis(10);
         loop {
-            match self.run_script(&self.scripts.release, &cmd).await {
-                Ok(Value::Nil) => return Ok(false),
-                Ok(Value::Int(_)) => return Ok(true),
-                Ok(other) => {
-                    return Err(Error::Protocol(format!(
-                        "release script answered {other:?}"
-                    )))
-                }
+            match self.run_script(script, cmd).await {
+                Ok(reply) => return Ok(reply),
                 Err(e) if e.is_transient() && tokio::time::Instant::now() + backoff < deadline => {
                     tracing::debug!(lock = %keys.lock, error = %e, "lock release failed; retrying");
                     tokio::time::sleep(backoff).await;
@@ -117,11 +239,29 @@ impl Core {
     }
 }
 
+/// What a plain release did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum ReleaseOutcome {
+    NotHeld,
+    HoldsRemain,
+    Freed,
+}
+
+/// What a release with hand-off did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum HandOff {
+    NotHeld,
+    HoldsRemain,
+    Given { token: u64 },
+}
+
 /// A release that no caller awaits: a dropped guard, a cancelled acquire.
 #[derive(Debug)]
 pub(crate) struct ReleaseJob {
     pub(crate) keys: Arc<LockKeys>,
     pub(crate) owner: Arc<str>,
+    /// The holding to release (`None`: whatever holding the owner has).
+    pub(crate) epoch: Option<u64>,
     pub(crate) lease_ms: u64,
 }
 
@@ -222,6 +362,7 @@ impl LockClient {
         let core = Arc::new(Core {
             pool,
             scripts: Scripts::new(),
+            queues: LocalQueues::default(),
             error_hook,
             config,
         });
@@ -329,7 +470,10 @@ async fn release_worker(core: Arc<Core>, mut jobs: mpsc::UnboundedReceiver<Relea
     while let Some(job) = jobs.recv().await {
         let core = core.clone();
         tokio::spawn(async move {
-            match core.release(&job.keys, &job.owner, job.lease_ms).await {
+            match core
+                .release_hold(&job.keys, &job.owner, job.epoch, job.lease_ms)
+                .await
+            {
                 Ok(held) => {
                     tracing::debug!(lock = %job.keys.lock, was_held = held, "lock released in background")
                 }

@@ -36,6 +36,8 @@ struct Held {
     lease: Lease,
     lost: CancellationToken,
     id: u64,
+    /// Which holding of `owner` this guard belongs to (see `queue`).
+    epoch: u64,
 }
 
 impl Held {
@@ -55,6 +57,16 @@ impl Held {
     fn known_lost(&self) -> bool {
         self.lost.is_cancelled()
             || matches!(self.lease, Lease::Fixed { expires_at, .. } if Instant::now() >= expires_at)
+    }
+
+    /// Tells the client's local queue that this holding is over without a
+    /// release in Redis (it was lost).
+    fn forget(&self) {
+        self.lock.client.inner.core.queues.ended(
+            &self.lock.keys.lock,
+            &self.owner,
+            Some(self.epoch),
+        );
     }
 
     fn lease_ms(&self) -> u64 {
@@ -100,9 +112,10 @@ impl LockGuard {
         token: u64,
         lease: Lease,
         sent_at: Instant,
+        epoch: u64,
+        lost: CancellationToken,
     ) -> Self {
         let id = NEXT_GUARD_ID.fetch_add(1, Ordering::Relaxed);
-        let lost = CancellationToken::new();
         let watch_key = match lease {
             Lease::Watchdog => {
                 let key: Arc<str> = Arc::from(lock.keys.lock.as_str());
@@ -126,6 +139,7 @@ impl LockGuard {
                 lease,
                 lost,
                 id,
+                epoch,
             }),
         }
     }
@@ -285,6 +299,7 @@ impl LockGuard {
         held.stop_renewal();
         let name = held.lock.keys.name.clone();
         if held.known_lost() {
+            held.forget();
             tracing::warn!(lock = %name, "lock was lost before release");
             return Err(Error::Lost { name });
         }
@@ -292,9 +307,13 @@ impl LockGuard {
         let core = held.lock.client.inner.core.clone();
         let keys = held.lock.keys.clone();
         let owner = held.owner.clone();
+        let epoch = held.epoch;
         let span = tracing::debug_span!("lock.release", lock = %keys.lock, owner = %owner);
         let task = tokio::spawn(tracing::Instrument::instrument(
-            async move { core.release(&keys, &owner, lease_ms).await },
+            async move {
+                core.release_hold(&keys, &owner, Some(epoch), lease_ms)
+                    .await
+            },
             span,
         ));
         match task.await {
@@ -317,12 +336,14 @@ impl Drop for LockGuard {
         if let Some(held) = self.held.take() {
             held.stop_renewal();
             if held.known_lost() {
+                held.forget();
                 return;
             }
             let lease_ms = held.lease_ms();
             held.lock.client.release_in_background(ReleaseJob {
                 keys: held.lock.keys.clone(),
                 owner: held.owner.clone(),
+                epoch: Some(held.epoch),
                 lease_ms,
             });
         }

@@ -119,6 +119,7 @@ mod guard;
 mod keys;
 mod lock;
 mod pubsub;
+mod queue;
 mod scripts;
 mod watchdog;
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use redis::Value;
 use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
 use crate::client::LockClient;
@@ -12,6 +13,8 @@ use crate::context::{owner_number_for_acquire, LockContext};
 use crate::error::{Error, Result};
 use crate::guard::{Lease, LockGuard};
 use crate::keys::{LockKeys, UNLOCK_MESSAGE};
+use crate::pubsub::Subscription;
+use crate::queue::{new_epoch, Grant, Holding, Turn, Waiter};
 
 /// How long an acquisition may wait.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -298,87 +301,214 @@ impl Lock {
             fresh: fresh_owner,
         };
         let span = tracing::debug_span!("lock.acquire", lock = %self.keys.lock, owner = %owner.id);
-        self.wait_loop(owner, options).instrument(span).await
+        self.acquire_as(owner, options).instrument(span).await
     }
 
-    async fn wait_loop(&self, owner: Owner, options: AcquireOptions) -> Result<Option<LockGuard>> {
+    async fn acquire_as(&self, owner: Owner, options: AcquireOptions) -> Result<Option<LockGuard>> {
         let started = Instant::now();
         let deadline = match options.wait {
             Wait::Bounded(w) => Some(started + w),
             _ => None,
         };
-        let first_pttl_ms = match self.attempt(&owner, options.lease).await? {
-            Attempt::Acquired(guard) => return Ok(Some(guard)),
-            Attempt::Held { pttl_ms } => pttl_ms,
-        };
-        if options.wait == Wait::Never || deadline.is_some_and(|d| Instant::now() >= d) {
-            tracing::debug!("lock busy");
-            return Ok(None);
-        }
-
-        // Subscribe first, then retry: an unlock after the retry wakes us.
-        tracing::debug!("lock busy; waiting");
-        let mut subscription = self.client.inner.pubsub.subscribe(&self.keys.channel);
-        let config = &self.client.inner.core.config;
-        // Do not wait for the subscription longer than the holder has left.
-        let mut ready_bound = config.command_timeout;
-        if first_pttl_ms >= 0 {
-            ready_bound = ready_bound.min(Duration::from_millis(first_pttl_ms as u64));
-        }
-        if let Some(d) = deadline {
-            ready_bound = ready_bound.min(d.saturating_duration_since(Instant::now()));
-        }
-        if !subscription.ready(ready_bound).await {
-            tracing::debug!("lock pub/sub not ready; relying on TTL-bounded retries");
-        }
-        loop {
-            let pttl_ms = match self.attempt(&owner, options.lease).await? {
-                Attempt::Held { pttl_ms } => pttl_ms,
-                Attempt::Acquired(guard) => {
-                    tracing::debug!(
-                        waited_ms = started.elapsed().as_millis() as u64,
-                        "lock acquired after waiting"
-                    );
-                    return Ok(Some(guard));
+        let queues = &self.client.inner.core.queues;
+        if queues.is_holder(&self.keys.lock, &owner.id) {
+            // A re-entry never queues behind its own hold.
+            match self.attempt(&owner, options.lease, None).await? {
+                Attempt::Acquired(guard) => return Ok(Some(guard)),
+                Attempt::Held { .. } if options.wait == Wait::Never => return Ok(None),
+                // Lost meanwhile, and taken by someone else: wait in line.
+                Attempt::Held { .. } => {}
+            }
+        } else if options.wait == Wait::Never {
+            if queues.is_held_by_other(&self.keys.lock, &owner.id) {
+                tracing::debug!("lock busy (held in this process)");
+                return Ok(None);
+            }
+            return match self.attempt(&owner, options.lease, None).await? {
+                Attempt::Acquired(guard) => Ok(Some(guard)),
+                Attempt::Held { .. } => {
+                    tracing::debug!("lock busy");
+                    Ok(None)
                 }
             };
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
+        }
+        let waiter = queues.join(&self.keys.lock, owner.id.clone(), options.lease);
+        let ticket = Ticket {
+            lock: self.clone(),
+            waiter,
+        };
+        self.wait_in_line(&ticket, &owner, options, started, deadline)
+            .await
+    }
+
+    /// Waits for the ticket's turn: a hand-off from a local holder, or, at
+    /// the head of the local queue, the lock in Redis (subscribe, retry,
+    /// then wait for the first of an unlock message, the holder's PTTL and
+    /// the deadline).
+    async fn wait_in_line(
+        &self,
+        ticket: &Ticket,
+        owner: &Owner,
+        options: AcquireOptions,
+        started: Instant,
+        deadline: Option<Instant>,
+    ) -> Result<Option<LockGuard>> {
+        let queues = &self.client.inner.core.queues;
+        let config = &self.client.inner.core.config;
+        let waiter = &ticket.waiter;
+        let until_deadline = || async move {
+            match deadline {
+                Some(d) => tokio::time::sleep_until(d).await,
+                None => std::future::pending().await,
+            }
+        };
+        let mut subscription: Option<Arc<Subscription>> = None;
+        let mut first_pttl_ms: Option<i64> = None;
+        loop {
+            let turn = queues.turn(&self.keys.lock, waiter);
+            if let Turn::Granted(grant) = turn {
+                tracing::debug!(
+                    waited_ms = started.elapsed().as_millis() as u64,
+                    token = grant.token,
+                    "lock handed over by a local holder"
+                );
+                return Ok(Some(self.guard_from_grant(owner, options.lease, grant)));
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
                 tracing::debug!("lock wait bound passed");
                 return Ok(None);
             }
-            let mut sleep = match pttl_ms {
-                ms if ms > 0 => Duration::from_millis(ms as u64),
-                // No expiry on the key (set by another tool): wait for the
-                // unlock message, re-checking now and then.
-                -1 => config.watchdog_timeout,
-                // About to expire or just gone: retry at once.
-                _ => Duration::from_millis(1),
-            };
-            if let Some(d) = deadline {
-                sleep = sleep.min(d.saturating_duration_since(now));
-            }
-            tokio::select! {
-                _ = subscription.woken() => {}
-                _ = tokio::time::sleep(sleep) => {}
+            match turn {
+                Turn::Granted(_) => unreachable!("handled above"),
+                Turn::Wait => {
+                    tokio::select! {
+                        _ = waiter.notify.notified() => {}
+                        _ = until_deadline() => {}
+                    }
+                }
+                Turn::HeldLocally { lost, expires_at } => {
+                    let expiry = async move {
+                        match expires_at {
+                            Some(t) => tokio::time::sleep_until(t).await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    tokio::select! {
+                        _ = waiter.notify.notified() => {}
+                        _ = lost.cancelled() => {}
+                        _ = expiry => {}
+                        _ = until_deadline() => {}
+                    }
+                }
+                Turn::Contend {
+                    subscription: shared,
+                } => {
+                    let pttl_ms = match self.attempt(owner, options.lease, Some(waiter.id)).await? {
+                        Attempt::Acquired(guard) => {
+                            tracing::debug!(
+                                waited_ms = started.elapsed().as_millis() as u64,
+                                "lock acquired"
+                            );
+                            return Ok(Some(guard));
+                        }
+                        Attempt::Held { pttl_ms } => pttl_ms,
+                    };
+                    if deadline.is_some_and(|d| Instant::now() >= d) {
+                        tracing::debug!("lock wait bound passed");
+                        return Ok(None);
+                    }
+                    let sub = match subscription.clone().or(shared) {
+                        Some(sub) => sub,
+                        None => {
+                            // Subscribe first, then retry: an unlock after
+                            // the retry wakes us.
+                            tracing::debug!("lock busy; waiting");
+                            first_pttl_ms.get_or_insert(pttl_ms);
+                            let mut sub = self.client.inner.pubsub.subscribe(&self.keys.channel);
+                            // Do not wait for the subscription longer than
+                            // the holder has left.
+                            let mut ready_bound = config.command_timeout;
+                            if pttl_ms >= 0 {
+                                ready_bound =
+                                    ready_bound.min(Duration::from_millis(pttl_ms as u64));
+                            }
+                            if let Some(d) = deadline {
+                                ready_bound =
+                                    ready_bound.min(d.saturating_duration_since(Instant::now()));
+                            }
+                            if !sub.ready(ready_bound).await {
+                                tracing::debug!(
+                                    "lock pub/sub not ready; relying on TTL-bounded retries"
+                                );
+                            }
+                            let sub = Arc::new(sub);
+                            queues.share_subscription(&self.keys.lock, sub.clone());
+                            subscription = Some(sub);
+                            continue;
+                        }
+                    };
+                    let sleep = match pttl_ms {
+                        ms if ms > 0 => Duration::from_millis(ms as u64),
+                        // No expiry on the key (set by another tool): wait for
+                        // the unlock message, re-checking now and then.
+                        -1 => config.watchdog_timeout,
+                        // About to expire or just gone: retry at once.
+                        _ => Duration::from_millis(1),
+                    };
+                    tokio::select! {
+                        _ = sub.woken() => {}
+                        _ = waiter.notify.notified() => {}
+                        _ = tokio::time::sleep(sleep) => {}
+                        _ = until_deadline() => {}
+                    }
+                }
             }
         }
+    }
+
+    fn guard_from_grant(&self, owner: &Owner, lease: Option<Duration>, grant: Grant) -> LockGuard {
+        let lease = match lease {
+            Some(lease) => Lease::Fixed {
+                lease,
+                expires_at: grant.sent_at + lease,
+            },
+            None => Lease::Watchdog,
+        };
+        LockGuard::new(
+            self.clone(),
+            owner.id.clone(),
+            grant.token,
+            lease,
+            grant.sent_at,
+            grant.epoch,
+            grant.lost,
+        )
     }
 
     /// Runs the acquire script once. The call runs in its own task, so a
     /// grant that arrives after the caller gave up is dropped there, and
     /// dropping a guard releases it: nothing stays locked until expiry.
-    async fn attempt(&self, owner: &Owner, lease: Option<Duration>) -> Result<Attempt> {
+    async fn attempt(
+        &self,
+        owner: &Owner,
+        lease: Option<Duration>,
+        waiter_id: Option<u64>,
+    ) -> Result<Attempt> {
         let lock = self.clone();
         let owner = owner.clone();
-        let task = tokio::spawn(async move { lock.attempt_now(owner, lease).await });
+        let task = tokio::spawn(async move { lock.attempt_now(owner, lease, waiter_id).await });
         match task.await {
             Ok(result) => result,
             Err(e) => Err(Error::Cancelled(format!("acquire task ended: {e}"))),
         }
     }
 
-    async fn attempt_now(&self, owner: Owner, lease: Option<Duration>) -> Result<Attempt> {
+    async fn attempt_now(
+        &self,
+        owner: Owner,
+        lease: Option<Duration>,
+        waiter_id: Option<u64>,
+    ) -> Result<Attempt> {
         let core = &self.client.inner.core;
         let lease_ms = lease_ms(lease, core.config.watchdog_timeout);
         let sent_at = Instant::now();
@@ -397,6 +527,7 @@ impl Lock {
                         .release_in_background(crate::client::ReleaseJob {
                             keys: self.keys.clone(),
                             owner: owner.id.clone(),
+                            epoch: None,
                             lease_ms,
                         });
                 }
@@ -414,12 +545,31 @@ impl Lock {
             0 => Ok(Attempt::Held { pttl_ms: value }),
             1 | 2 => {
                 let token = u64::try_from(value).map_err(|_| protocol("acquire", &reply))?;
-                let lease = match lease {
-                    Some(lease) => Lease::Fixed {
-                        lease,
-                        expires_at: sent_at + lease,
-                    },
-                    None => Lease::Watchdog,
+                let (lease, expires_at) = match lease {
+                    Some(lease) => {
+                        let expires_at = sent_at + lease;
+                        (Lease::Fixed { lease, expires_at }, Some(expires_at))
+                    }
+                    None => (Lease::Watchdog, None),
+                };
+                let lost = CancellationToken::new();
+                let queues = &core.queues;
+                let epoch = match (kind, queues.holding_epoch(&self.keys.lock, &owner.id)) {
+                    (2, Some(epoch)) => epoch,
+                    _ => {
+                        let epoch = new_epoch();
+                        queues.acquired(
+                            &self.keys.lock,
+                            Holding {
+                                owner: owner.id.clone(),
+                                epoch,
+                                lost: lost.clone(),
+                                expires_at,
+                            },
+                            waiter_id,
+                        );
+                        epoch
+                    }
                 };
                 tracing::debug!(token, reentry = kind == 2, "lock acquired");
                 Ok(Attempt::Acquired(LockGuard::new(
@@ -428,6 +578,8 @@ impl Lock {
                     token,
                     lease,
                     sent_at,
+                    epoch,
+                    lost,
                 )))
             }
             _ => Err(protocol("acquire", &reply)),
@@ -556,12 +708,42 @@ impl Lock {
         };
         let ctx = LockContext::current().ok_or_else(not_held)?;
         let owner = self.client.owner_id(ctx.id());
-        let core = &self.client.inner.core;
+        let core = self.client.inner.core.clone();
         let lease_ms = lease_ms(None, core.config.watchdog_timeout);
-        if core.release(&self.keys, &owner, lease_ms).await? {
-            Ok(())
-        } else {
-            Err(not_held())
+        let keys = self.keys.clone();
+        // In its own task: a release must run to the end once started.
+        let task =
+            tokio::spawn(async move { core.release_hold(&keys, &owner, None, lease_ms).await });
+        match task.await {
+            Ok(Ok(true)) => Ok(()),
+            Ok(Ok(false)) => Err(not_held()),
+            Ok(Err(e)) => Err(e),
+            Err(e) => Err(Error::Cancelled(format!("release task ended: {e}"))),
+        }
+    }
+}
+
+/// A place in the lock's local queue; leaving it (on success, give-up or
+/// drop) takes the waiter out, and releases a hand-off that arrived after
+/// the waiter stopped waiting.
+struct Ticket {
+    lock: Lock,
+    waiter: Arc<Waiter>,
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        let core = &self.lock.client.inner.core;
+        if let Some(grant) = core.queues.leave(&self.lock.keys.lock, self.waiter.id) {
+            tracing::debug!(lock = %self.lock.keys.lock, "releasing a hand-off nobody waits for");
+            self.lock
+                .client
+                .release_in_background(crate::client::ReleaseJob {
+                    keys: self.lock.keys.clone(),
+                    owner: self.waiter.owner.clone(),
+                    epoch: Some(grant.epoch),
+                    lease_ms: lease_ms(self.waiter.lease, core.config.watchdog_timeout),
+                });
         }
     }
 }

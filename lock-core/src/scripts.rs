@@ -59,11 +59,13 @@ pub(crate) fn is_noscript_reply(v: &Value) -> bool {
     matches!(v, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript))
 }
 
-/// The four scripts of the protocol.
+/// The scripts of the protocol.
 #[derive(Debug)]
 pub(crate) struct Scripts {
     pub(crate) acquire: Script,
     pub(crate) release: Script,
+    /// Release that hands the lock to the next local waiter at hold count zero.
+    pub(crate) handoff: Script,
     pub(crate) renew: Script,
     pub(crate) force_unlock: Script,
 }
@@ -73,6 +75,7 @@ impl Scripts {
         Scripts {
             acquire: Script::new(include_str!("scripts/acquire.lua")),
             release: Script::new(include_str!("scripts/release.lua")),
+            handoff: Script::new(include_str!("scripts/handoff.lua")),
             renew: Script::new(include_str!("scripts/renew.lua")),
             force_unlock: Script::new(include_str!("scripts/force_unlock.lua")),
         }
@@ -89,6 +92,7 @@ mod tests {
         let shas = [
             &s.acquire.sha,
             &s.release.sha,
+            &s.handoff.sha,
             &s.renew.sha,
             &s.force_unlock.sha,
         ];
@@ -99,7 +103,7 @@ mod tests {
         let mut sorted: Vec<_> = shas.to_vec();
         sorted.sort();
         sorted.dedup();
-        assert_eq!(sorted.len(), 4);
+        assert_eq!(sorted.len(), 5);
     }
 
     #[test]

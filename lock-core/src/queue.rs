@@ -1,0 +1,444 @@
+//! Local per-lock queues: one client's waiters for the same lock line up in
+//! arrival order and only the one at the front (the head) contends in Redis.
+//!
+//! When a holder of this client releases while others of this client wait,
+//! the release hands the lock straight to the head in the same round trip
+//! (the `handoff` script): the lock never becomes free in Redis, no unlock
+//! message is published, and the head does not have to ask again. A
+//! contended lock therefore costs one round trip per change of holder, and
+//! waiters of one process are served first come, first served.
+//!
+//! Fairness between clients: a streak of local hand-offs is at most one
+//! round of the waiters that were queued when the lock was taken from Redis.
+//! Then the lock is released in Redis (its channel is told, as usual), and
+//! the head contends like every other client's head.
+//!
+//! While a local holder holds the lock, the head does not poll Redis: it
+//! waits for the hand-off, for the holder's release, or for the holder's
+//! lease to run out or its loss (found by the watchdog), whichever is first.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+use crate::pubsub::Subscription;
+
+static NEXT_EPOCH: AtomicU64 = AtomicU64::new(1);
+static NEXT_WAITER: AtomicU64 = AtomicU64::new(1);
+
+/// A number no other holding in this process has: tells a current holding
+/// from an earlier one of the same owner.
+pub(crate) fn new_epoch() -> u64 {
+    NEXT_EPOCH.fetch_add(1, Ordering::Relaxed)
+}
+
+/// One holding of a lock by an owner of this client, as far as this client
+/// knows.
+#[derive(Clone, Debug)]
+pub(crate) struct Holding {
+    pub(crate) owner: Arc<str>,
+    pub(crate) epoch: u64,
+    /// Cancelled when the watchdog finds the lock lost.
+    pub(crate) lost: CancellationToken,
+    /// When a fixed lease runs out (`None`: watchdog lease).
+    pub(crate) expires_at: Option<Instant>,
+}
+
+impl Holding {
+    fn is_live(&self) -> bool {
+        !self.lost.is_cancelled() && self.expires_at.is_none_or(|t| Instant::now() < t)
+    }
+
+    fn matches(&self, owner: &str, epoch: Option<u64>) -> bool {
+        &*self.owner == owner && epoch.is_none_or(|e| e == self.epoch)
+    }
+}
+
+/// The lock, handed to a waiter by a releasing holder.
+#[derive(Debug)]
+pub(crate) struct Grant {
+    pub(crate) token: u64,
+    pub(crate) epoch: u64,
+    pub(crate) lost: CancellationToken,
+    /// When the hand-off request was sent (a fixed lease counts from then).
+    pub(crate) sent_at: Instant,
+}
+
+/// A waiter in a local queue.
+#[derive(Debug)]
+pub(crate) struct Waiter {
+    pub(crate) id: u64,
+    pub(crate) owner: Arc<str>,
+    /// The lease it asked for (`None`: watchdog).
+    pub(crate) lease: Option<Duration>,
+    /// Woken whenever its turn may have changed.
+    pub(crate) notify: Notify,
+}
+
+#[derive(Debug)]
+struct Queued {
+    waiter: Arc<Waiter>,
+    /// A hand-off to this waiter is in flight.
+    offered: bool,
+    /// The waiter stopped waiting while a hand-off to it was in flight.
+    abandoned: bool,
+}
+
+#[derive(Debug, Default)]
+struct KeyState {
+    holding: Option<Holding>,
+    queue: VecDeque<Queued>,
+    /// Hand-offs done but not yet picked up by their waiter.
+    grants: Vec<(u64, Grant)>,
+    /// Hand-offs left in the current streak.
+    budget: usize,
+    /// The lock channel subscription the heads share while the queue lasts.
+    subscription: Option<Arc<Subscription>>,
+}
+
+impl KeyState {
+    fn is_idle(&self) -> bool {
+        self.holding.is_none() && self.queue.is_empty() && self.grants.is_empty()
+    }
+
+    fn notify_head(&self) {
+        if let Some(head) = self.queue.front() {
+            head.waiter.notify.notify_one();
+        }
+    }
+
+    fn position(&self, waiter_id: u64) -> Option<usize> {
+        self.queue.iter().position(|q| q.waiter.id == waiter_id)
+    }
+}
+
+/// What the waiter should do now.
+#[derive(Debug)]
+pub(crate) enum Turn {
+    /// The lock was handed to it.
+    Granted(Grant),
+    /// Not its turn: wait to be notified.
+    Wait,
+    /// It is the head, and a live local holding is in the way: wait to be
+    /// notified, for the holding's loss, or for its lease to run out.
+    HeldLocally {
+        lost: CancellationToken,
+        expires_at: Option<Instant>,
+    },
+    /// It is the head: ask Redis.
+    Contend {
+        subscription: Option<Arc<Subscription>>,
+    },
+}
+
+/// The local queues of one client, keyed by lock key.
+#[derive(Debug, Default)]
+pub(crate) struct LocalQueues {
+    map: Mutex<HashMap<String, KeyState>>,
+}
+
+impl LocalQueues {
+    fn locked(&self) -> MutexGuard<'_, HashMap<String, KeyState>> {
+        self.map.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether `owner` holds the lock through this client (a re-entry must
+    /// not queue behind its own hold).
+    pub(crate) fn is_holder(&self, key: &str, owner: &str) -> bool {
+        self.locked()
+            .get(key)
+            .and_then(|s| s.holding.as_ref())
+            .is_some_and(|h| &*h.owner == owner)
+    }
+
+    /// Whether another owner of this client holds the lock and, as far as
+    /// this client knows, still has it.
+    pub(crate) fn is_held_by_other(&self, key: &str, owner: &str) -> bool {
+        self.locked()
+            .get(key)
+            .and_then(|s| s.holding.as_ref())
+            .is_some_and(|h| &*h.owner != owner && h.is_live())
+    }
+
+    /// The epoch of `owner`'s holding, if it holds the lock.
+    pub(crate) fn holding_epoch(&self, key: &str, owner: &str) -> Option<u64> {
+        self.locked()
+            .get(key)
+            .and_then(|s| s.holding.as_ref())
+            .filter(|h| &*h.owner == owner)
+            .map(|h| h.epoch)
+    }
+
+    /// Puts a waiter at the end of the lock's queue.
+    pub(crate) fn join(&self, key: &str, owner: Arc<str>, lease: Option<Duration>) -> Arc<Waiter> {
+        let waiter = Arc::new(Waiter {
+            id: NEXT_WAITER.fetch_add(1, Ordering::Relaxed),
+            owner,
+            lease,
+            notify: Notify::new(),
+        });
+        let mut map = self.locked();
+        let state = map.entry(key.to_string()).or_default();
+        state.queue.push_back(Queued {
+            waiter: waiter.clone(),
+            offered: false,
+            abandoned: false,
+        });
+        waiter
+    }
+
+    /// What `waiter` should do now.
+    pub(crate) fn turn(&self, key: &str, waiter: &Waiter) -> Turn {
+        let mut map = self.locked();
+        let Some(state) = map.get_mut(key) else {
+            return Turn::Contend { subscription: None };
+        };
+        if let Some(i) = state.grants.iter().position(|(id, _)| *id == waiter.id) {
+            let (_, grant) = state.grants.swap_remove(i);
+            return Turn::Granted(grant);
+        }
+        match state.queue.front() {
+            Some(head) if head.waiter.id == waiter.id && !head.offered => {}
+            _ => return Turn::Wait,
+        }
+        match &state.holding {
+            Some(h) if h.owner != waiter.owner && h.is_live() => Turn::HeldLocally {
+                lost: h.lost.clone(),
+                expires_at: h.expires_at,
+            },
+            _ => Turn::Contend {
+                subscription: state.subscription.clone(),
+            },
+        }
+    }
+
+    /// Keeps the head's new subscription for the heads after it.
+    pub(crate) fn share_subscription(&self, key: &str, subscription: Arc<Subscription>) {
+        if let Some(state) = self.locked().get_mut(key) {
+            if !state.queue.is_empty() {
+                state.subscription = Some(subscription);
+            }
+        }
+    }
+
+    /// A fresh acquisition in Redis: records the holding; the waiter that
+    /// made it (if it was queued) leaves the queue. Starts a new streak of
+    /// at most one hand-off per waiter queued now.
+    pub(crate) fn acquired(&self, key: &str, holding: Holding, waiter_id: Option<u64>) {
+        let mut map = self.locked();
+        let state = map.entry(key.to_string()).or_default();
+        if let Some(i) = waiter_id.and_then(|id| state.position(id)) {
+            state.queue.remove(i);
+        }
+        state.budget = state.queue.len();
+        state.holding = Some(holding);
+        state.notify_head();
+    }
+
+    /// The waiter stops waiting (acquired, gave up, or was dropped). Returns
+    /// a grant it had not picked up: the caller must release it.
+    pub(crate) fn leave(&self, key: &str, waiter_id: u64) -> Option<Grant> {
+        let mut map = self.locked();
+        let state = map.get_mut(key)?;
+        if let Some(i) = state.position(waiter_id) {
+            if state.queue[i].offered {
+                // The releaser in flight finds out and passes the lock on.
+                state.queue[i].abandoned = true;
+            } else {
+                state.queue.remove(i);
+                if i == 0 {
+                    state.notify_head();
+                }
+            }
+        }
+        let grant = state
+            .grants
+            .iter()
+            .position(|(id, _)| *id == waiter_id)
+            .map(|i| state.grants.swap_remove(i).1);
+        if state.is_idle() {
+            map.remove(key);
+        }
+        grant
+    }
+
+    /// Picks the head as the target of a hand-off from `owner`'s holding,
+    /// when that holding is current and the streak allows another hand-off.
+    pub(crate) fn offer(&self, key: &str, owner: &str, epoch: Option<u64>) -> Option<Arc<Waiter>> {
+        let mut map = self.locked();
+        let state = map.get_mut(key)?;
+        if state.budget == 0 || !state.holding.as_ref()?.matches(owner, epoch) {
+            return None;
+        }
+        let head = state.queue.front_mut()?;
+        if head.offered || head.abandoned || head.waiter.owner.as_ref() == owner {
+            return None;
+        }
+        head.offered = true;
+        Some(head.waiter.clone())
+    }
+
+    /// The hand-off to `waiter` happened. Returns true when the waiter had
+    /// abandoned: the caller now holds the lock on its behalf and must
+    /// release it (and may hand it on).
+    pub(crate) fn handed_off(
+        &self,
+        key: &str,
+        waiter: &Waiter,
+        grant: Grant,
+        holding: Holding,
+    ) -> bool {
+        let mut map = self.locked();
+        let state = map.entry(key.to_string()).or_default();
+        let abandoned = match state.position(waiter.id) {
+            Some(i) => state.queue.remove(i).is_some_and(|q| q.abandoned),
+            None => true,
+        };
+        state.budget = state.budget.saturating_sub(1);
+        state.holding = Some(holding);
+        if !abandoned {
+            state.grants.push((waiter.id, grant));
+            waiter.notify.notify_one();
+        }
+        state.notify_head();
+        abandoned
+    }
+
+    /// The hand-off to `waiter` did not happen.
+    pub(crate) fn withdraw(&self, key: &str, waiter: &Waiter) {
+        let mut map = self.locked();
+        let Some(state) = map.get_mut(key) else {
+            return;
+        };
+        if let Some(i) = state.position(waiter.id) {
+            if state.queue[i].abandoned {
+                state.queue.remove(i);
+            } else {
+                state.queue[i].offered = false;
+            }
+        }
+        state.notify_head();
+        if state.is_idle() {
+            map.remove(key);
+        }
+    }
+
+    /// `owner`'s holding ended: released in Redis, found not held, or lost.
+    /// The head is told, so it can contend.
+    pub(crate) fn ended(&self, key: &str, owner: &str, epoch: Option<u64>) {
+        let mut map = self.locked();
+        let Some(state) = map.get_mut(key) else {
+            return;
+        };
+        if state
+            .holding
+            .as_ref()
+            .is_some_and(|h| h.matches(owner, epoch))
+        {
+            state.holding = None;
+            state.notify_head();
+        }
+        if state.is_idle() {
+            map.remove(key);
+        }
+    }
+
+    /// Number of locks with local state (holdings or waiters).
+    #[cfg(test)]
+    pub(crate) fn len(&self) -> usize {
+        self.locked().len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn holding(owner: &str) -> Holding {
+        Holding {
+            owner: Arc::from(owner),
+            epoch: new_epoch(),
+            lost: CancellationToken::new(),
+            expires_at: None,
+        }
+    }
+
+    fn grant() -> Grant {
+        Grant {
+            token: 7,
+            epoch: new_epoch(),
+            lost: CancellationToken::new(),
+            sent_at: Instant::now(),
+        }
+    }
+
+    #[tokio::test]
+    async fn only_the_head_contends_and_waits_for_a_local_holder() {
+        let q = LocalQueues::default();
+        let a = q.join("k", Arc::from("c:1"), None);
+        let b = q.join("k", Arc::from("c:2"), None);
+        assert!(matches!(q.turn("k", &a), Turn::Contend { .. }));
+        assert!(matches!(q.turn("k", &b), Turn::Wait));
+        let h = holding("c:1");
+        q.acquired("k", h.clone(), Some(a.id));
+        assert!(q.is_holder("k", "c:1"));
+        assert!(q.is_held_by_other("k", "c:2"));
+        assert!(matches!(q.turn("k", &b), Turn::HeldLocally { .. }));
+        h.lost.cancel();
+        assert!(matches!(q.turn("k", &b), Turn::Contend { .. }));
+    }
+
+    #[tokio::test]
+    async fn a_hand_off_goes_to_the_head_and_is_picked_up_once() {
+        let q = LocalQueues::default();
+        let h = holding("c:1");
+        q.acquired("k", h.clone(), None);
+        let b = q.join("k", Arc::from("c:2"), None);
+        // the streak was set when the lock was taken: nobody waited then
+        assert!(q.offer("k", "c:1", Some(h.epoch)).is_none());
+        q.acquired("k", h.clone(), None); // a new streak with b queued
+        let target = q.offer("k", "c:1", Some(h.epoch)).expect("offer");
+        assert_eq!(target.id, b.id);
+        assert!(
+            matches!(q.turn("k", &b), Turn::Wait),
+            "offered: do not contend"
+        );
+        assert!(!q.handed_off("k", &target, grant(), holding("c:2")));
+        assert!(matches!(q.turn("k", &b), Turn::Granted(_)));
+        assert!(q.leave("k", b.id).is_none());
+        assert!(q.is_holder("k", "c:2"));
+        q.ended("k", "c:2", None);
+        assert_eq!(q.len(), 0, "idle state is dropped");
+    }
+
+    #[tokio::test]
+    async fn a_waiter_that_leaves_during_a_hand_off_is_reported_abandoned() {
+        let q = LocalQueues::default();
+        let h = holding("c:1");
+        let b = q.join("k", Arc::from("c:2"), None);
+        q.acquired("k", h.clone(), None);
+        let target = q.offer("k", "c:1", None).expect("offer");
+        assert!(q.leave("k", b.id).is_none());
+        assert!(q.handed_off("k", &target, grant(), holding("c:2")));
+        q.ended("k", "c:2", None);
+        assert_eq!(q.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_stale_holding_does_not_end_the_current_one() {
+        let q = LocalQueues::default();
+        let old = holding("c:1");
+        let new = holding("c:1");
+        q.acquired("k", old.clone(), None);
+        q.acquired("k", new.clone(), None);
+        q.ended("k", "c:1", Some(old.epoch));
+        assert_eq!(q.holding_epoch("k", "c:1"), Some(new.epoch));
+        q.ended("k", "c:1", Some(new.epoch));
+        assert_eq!(q.len(), 0);
+    }
+}

@@ -1,0 +1,33 @@
+-- Release one hold of a lock; at hold count zero, give the lock straight to
+-- the next owner (a waiter of the same client) instead of freeing it.
+-- At most once per request id.
+-- KEYS[1] lock hash, KEYS[2] fencing counter, KEYS[3] unlock latch for this request
+-- ARGV[1] owner id, ARGV[2] lease in ms (at least this long while holds remain),
+-- ARGV[3] latch lifetime in ms, ARGV[4] next owner id, ARGV[5] next owner's lease in ms
+-- Returns {0, 0} when holds remain, {3, token} when the lock went to the next
+-- owner (with a new fencing token), {-1, 0} when the owner did not hold it.
+-- A retried request returns its first result.
+local first = redis.call('get', KEYS[3])
+if first then
+  local kind, value = string.match(first, '^(%-?%d+):(%d+)$')
+  return {tonumber(kind), tonumber(value)}
+end
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+  return {-1, 0}
+end
+local kind = 0
+local value = 0
+if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
+  -- the remaining holds keep at least their lease; never shorten it
+  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
+    redis.call('pexpire', KEYS[1], ARGV[2])
+  end
+else
+  redis.call('del', KEYS[1])
+  redis.call('hincrby', KEYS[1], ARGV[4], 1)
+  redis.call('pexpire', KEYS[1], ARGV[5])
+  kind = 3
+  value = redis.call('incr', KEYS[2])
+end
+redis.call('set', KEYS[3], kind .. ':' .. value, 'px', ARGV[3])
+return {kind, value}
