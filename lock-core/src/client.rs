@@ -1,6 +1,7 @@
 //! The client: connection pool, scripts, watchdog, pub/sub hub and the
 //! background task that releases dropped guards.
 
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -22,6 +23,10 @@ use crate::watchdog::Watchdog;
 /// gives up (the lock then expires with its lease).
 const RELEASE_RETRY_WINDOW_FACTOR: u32 = 3;
 
+/// Bounds of the step-back window (see `Core::step_back_window`).
+const STEP_BACK_MIN: Duration = Duration::from_millis(1);
+const STEP_BACK_MAX: Duration = Duration::from_millis(50);
+
 /// What background tasks need; holds no reference to the client itself, so
 /// the tasks end when the last client handle and guard are gone.
 pub(crate) struct Core {
@@ -30,6 +35,8 @@ pub(crate) struct Core {
     pub(crate) scripts: Scripts,
     /// Waiters of this client, per lock, and its current holdings.
     pub(crate) queues: LocalQueues,
+    /// Moving average of the acquire round trip, in microseconds.
+    rtt_us: AtomicU64,
     error_hook: Option<ErrorHook>,
 }
 
@@ -95,8 +102,19 @@ impl Core {
         loop {
             let Some(next) = self.queues.offer(&keys.lock, &owner, epoch) else {
                 let outcome = self.release(keys, &owner, lease_ms).await;
-                if !matches!(outcome, Ok(ReleaseOutcome::HoldsRemain)) {
-                    self.queues.ended(&keys.lock, &owner, epoch);
+                match outcome {
+                    Ok(ReleaseOutcome::HoldsRemain) => {}
+                    Ok(ReleaseOutcome::Freed { told }) => {
+                        // Other clients wait too (the unlock message reached
+                        // more clients than this one): this client's head
+                        // steps back for a moment so that one of them gets
+                        // the lock, instead of this client keeping it.
+                        let others_wait = told > usize::from(self.queues.is_subscribed(&keys.lock));
+                        let step_back = others_wait.then(|| self.step_back_window());
+                        self.queues
+                            .ended_stepping_back(&keys.lock, &owner, epoch, step_back);
+                    }
+                    _ => self.queues.ended(&keys.lock, &owner, epoch),
                 }
                 let result = outcome.map(|o| o != ReleaseOutcome::NotHeld);
                 return first.unwrap_or(result);
@@ -151,6 +169,32 @@ impl Core {
         }
     }
 
+    /// Records the round-trip time of one acquire call (moving average).
+    pub(crate) fn record_round_trip(&self, rtt: Duration) {
+        let sample = u64::try_from(rtt.as_micros()).unwrap_or(u64::MAX);
+        let old = self.rtt_us.load(Ordering::Relaxed);
+        self.rtt_us.store(
+            (old.saturating_mul(7).saturating_add(sample)) / 8,
+            Ordering::Relaxed,
+        );
+    }
+
+    /// How long a client's head steps back after its client released a lock
+    /// that other clients wait for: long enough for one of them to take it
+    /// (a few round trips), short enough that a lock nobody takes is not
+    /// left idle for long.
+    fn step_back_window(&self) -> Duration {
+        let rtt = Duration::from_micros(self.rtt_us.load(Ordering::Relaxed));
+        (rtt * 8).clamp(STEP_BACK_MIN, STEP_BACK_MAX)
+    }
+
+    /// A random pause between zero and two acquire round trips.
+    pub(crate) fn race_jitter(&self) -> Duration {
+        let rtt_us = self.rtt_us.load(Ordering::Relaxed);
+        let random = uuid::Uuid::new_v4().as_u128() as u64;
+        Duration::from_micros(random % rtt_us.saturating_mul(2).max(1))
+    }
+
     /// The latch key and lifetime of one release request: the latch must
     /// outlive the last retry that can reach Redis.
     fn latch(&self, keys: &LockKeys) -> (String, u64) {
@@ -175,7 +219,9 @@ impl Core {
         match reply {
             Value::Nil => Ok(ReleaseOutcome::NotHeld),
             Value::Int(0) => Ok(ReleaseOutcome::HoldsRemain),
-            Value::Int(1) => Ok(ReleaseOutcome::Freed),
+            Value::Int(n) if n >= 1 => Ok(ReleaseOutcome::Freed {
+                told: usize::try_from(n - 1).unwrap_or(usize::MAX),
+            }),
             other => Err(Error::Protocol(format!(
                 "release script answered {other:?}"
             ))),
@@ -244,7 +290,10 @@ impl Core {
 enum ReleaseOutcome {
     NotHeld,
     HoldsRemain,
-    Freed,
+    /// Freed; the unlock message reached `told` clients.
+    Freed {
+        told: usize,
+    },
 }
 
 /// What a release with hand-off did.
@@ -363,6 +412,7 @@ impl LockClient {
             pool,
             scripts: Scripts::new(),
             queues: LocalQueues::default(),
+            rtt_us: AtomicU64::new(1000),
             error_hook,
             config,
         });

@@ -400,6 +400,23 @@ impl Lock {
                         _ = until_deadline() => {}
                     }
                 }
+                Turn::StepBack {
+                    until,
+                    subscription: shared,
+                } => {
+                    let woken = async {
+                        match subscription.clone().or(shared) {
+                            Some(sub) => sub.woken().await,
+                            None => std::future::pending().await,
+                        }
+                    };
+                    tokio::select! {
+                        _ = woken => queues.stop_stepping_back(&self.keys.lock),
+                        _ = waiter.notify.notified() => {}
+                        _ = tokio::time::sleep_until(until) => {}
+                        _ = until_deadline() => {}
+                    }
+                }
                 Turn::Contend {
                     subscription: shared,
                 } => {
@@ -456,7 +473,13 @@ impl Lock {
                         _ => Duration::from_millis(1),
                     };
                     tokio::select! {
-                        _ = sub.woken() => {}
+                        _ = sub.woken() => {
+                            // Every waiting client was told at once: a random
+                            // pause of up to two round trips makes the race
+                            // for the lock a fair draw, not a matter of which
+                            // client always reads its messages first.
+                            tokio::time::sleep(self.client.inner.core.race_jitter()).await;
+                        }
                         _ = waiter.notify.notified() => {}
                         _ = tokio::time::sleep(sleep) => {}
                         _ = until_deadline() => {}
@@ -517,7 +540,10 @@ impl Lock {
             (lease_ms, &*owner.id),
         );
         let reply = match core.run_script(&core.scripts.acquire, &cmd).await {
-            Ok(reply) => reply,
+            Ok(reply) => {
+                core.record_round_trip(sent_at.elapsed());
+                reply
+            }
             Err(e) => {
                 if e.is_transient() && owner.fresh {
                     // The script may have run and its reply been lost. This

@@ -99,6 +99,9 @@ struct KeyState {
     budget: usize,
     /// The lock channel subscription the heads share while the queue lasts.
     subscription: Option<Arc<Subscription>>,
+    /// This client just released the lock while other clients wait: its
+    /// head lets them go first until then.
+    step_back_until: Option<Instant>,
 }
 
 impl KeyState {
@@ -129,6 +132,13 @@ pub(crate) enum Turn {
     HeldLocally {
         lost: CancellationToken,
         expires_at: Option<Instant>,
+    },
+    /// It is the head, but its client just released the lock that other
+    /// clients wait for: let them go first, until `until` or the next unlock
+    /// message.
+    StepBack {
+        until: Instant,
+        subscription: Option<Arc<Subscription>>,
     },
     /// It is the head: ask Redis.
     Contend {
@@ -211,9 +221,27 @@ impl LocalQueues {
                 lost: h.lost.clone(),
                 expires_at: h.expires_at,
             },
+            None if state.step_back_until.is_some_and(|t| Instant::now() < t) => Turn::StepBack {
+                until: state.step_back_until.unwrap_or_else(Instant::now),
+                subscription: state.subscription.clone(),
+            },
             _ => Turn::Contend {
                 subscription: state.subscription.clone(),
             },
+        }
+    }
+
+    /// Whether this client's waiters are subscribed to the lock's channel.
+    pub(crate) fn is_subscribed(&self, key: &str) -> bool {
+        self.locked()
+            .get(key)
+            .is_some_and(|s| s.subscription.is_some())
+    }
+
+    /// Ends a step-back early (an unlock message arrived: contend now).
+    pub(crate) fn stop_stepping_back(&self, key: &str) {
+        if let Some(state) = self.locked().get_mut(key) {
+            state.step_back_until = None;
         }
     }
 
@@ -237,6 +265,7 @@ impl LocalQueues {
         }
         state.budget = state.queue.len();
         state.holding = Some(holding);
+        state.step_back_until = None;
         state.notify_head();
     }
 
@@ -331,6 +360,19 @@ impl LocalQueues {
     /// `owner`'s holding ended: released in Redis, found not held, or lost.
     /// The head is told, so it can contend.
     pub(crate) fn ended(&self, key: &str, owner: &str, epoch: Option<u64>) {
+        self.ended_stepping_back(key, owner, epoch, None);
+    }
+
+    /// Like [`ended`](Self::ended), after a release that other clients'
+    /// waiters were told about: this client's head steps back for
+    /// `step_back`, so that the lock goes round the clients.
+    pub(crate) fn ended_stepping_back(
+        &self,
+        key: &str,
+        owner: &str,
+        epoch: Option<u64>,
+        step_back: Option<Duration>,
+    ) {
         let mut map = self.locked();
         let Some(state) = map.get_mut(key) else {
             return;
@@ -341,6 +383,7 @@ impl LocalQueues {
             .is_some_and(|h| h.matches(owner, epoch))
         {
             state.holding = None;
+            state.step_back_until = step_back.map(|d| Instant::now() + d);
             state.notify_head();
         }
         if state.is_idle() {

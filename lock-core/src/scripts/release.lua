@@ -2,8 +2,9 @@
 -- KEYS[1] lock hash, KEYS[2] unlock channel, KEYS[3] unlock latch for this request
 -- ARGV[1] owner id, ARGV[2] lease in ms (at least this long while holds remain),
 -- ARGV[3] unlock message, ARGV[4] latch lifetime in ms
--- Returns 1 when the lock was freed, 0 when holds remain, nil when the owner
--- did not hold it. A retried request returns its first result.
+-- Returns 1 + n when the lock was freed and its unlock message reached n
+-- subscribed clients (waiters), 0 when holds remain, nil when the owner did
+-- not hold it. A retried request returns its first result.
 local first = redis.call('get', KEYS[3])
 if first then
   return tonumber(first)
@@ -19,8 +20,7 @@ if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
   end
 else
   redis.call('del', KEYS[1])
-  redis.call('publish', KEYS[2], ARGV[3])
-  result = 1
+  result = 1 + redis.call('publish', KEYS[2], ARGV[3])
 end
 redis.call('set', KEYS[3], result, 'px', ARGV[4])
 return result
