@@ -266,6 +266,9 @@ impl LocalQueues {
         state.budget = state.queue.len();
         state.holding = Some(holding);
         state.step_back_until = None;
+        if state.queue.is_empty() {
+            state.subscription = None; // nobody left to wake
+        }
         state.notify_head();
     }
 
@@ -282,6 +285,9 @@ impl LocalQueues {
                 state.queue.remove(i);
                 if i == 0 {
                     state.notify_head();
+                }
+                if state.queue.is_empty() {
+                    state.subscription = None;
                 }
             }
         }
