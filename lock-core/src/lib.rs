@@ -97,6 +97,22 @@
 //! Java service using Redisson and a Rust service using this crate exclude
 //! each other on the same lock name.
 //!
+//! # Waiting, fairly and cheaply
+//!
+//! Waiters of one client for the same lock queue locally, first come first
+//! served, and only the one at the front asks Redis. When a holder releases
+//! while others of its client wait, the release hands the lock straight to
+//! the next one (one script call: the owner field changes, a new fencing
+//! token is drawn, nothing is published), so a contended lock costs one
+//! round trip per change of holder. A streak of such hand-offs lasts one
+//! round of the waiters queued when the lock was taken; then the lock is
+//! released in Redis. When its unlock message reached other clients, the
+//! releasing client lets them go first for a moment, and woken clients
+//! draw lots for the lock, so clients take turns instead of one keeping it.
+//! Waiting in Redis is by the unlock message (one pub/sub connection per
+//! client, one waiter woken per message) bounded by the holder's PTTL,
+//! never a fixed-interval poll.
+//!
 //! # Cancellation
 //!
 //! Every future here may be dropped at any point. An acquire dropped after
