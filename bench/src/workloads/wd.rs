@@ -1,0 +1,256 @@
+//! WD, the watchdog: hold N locks (10 000 and 100 000 by default) with
+//! watchdog renewal — a client with a short watchdog timeout (3 s, so a
+//! renewal period of 1 s) — for three renewal periods, and measure:
+//!
+//! - Redis commands per period: the `INFO commandstats` delta over the
+//!   window (every command but our own INFO), divided by the periods. Redis
+//!   7 counts the commands a Lua script runs there too, so the figure is
+//!   split: script calls (EVALSHA/EVAL/FCALL/SCRIPT: one command on the
+//!   wire each) and the rest (commands run inside those scripts, or sent
+//!   directly), with a per-command breakdown in the notes;
+//! - round trips per period: not visible from outside the client, so it is
+//!   estimated by the server's read events (`INFO stats`
+//!   `total_reads_processed` delta, less our own INFO calls): one pipelined
+//!   batch that arrives in one read counts once; a batch split over several
+//!   reads counts more than once, so this errs high;
+//! - client CPU: `getrusage` user + system time of this process over the
+//!   window, as a percentage of one core;
+//! - whether every lock was still held at the end: the watchdog's
+//!   `renewing_count()`, every guard's `is_held()`, and `EXISTS` on every key
+//!   (pipelined in chunks).
+//!
+//! The locks are acquired with at most 256 acquisitions in flight.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use lock_core::{AcquireOptions, LockGuard};
+use tokio::task::JoinSet;
+
+use super::{lock_client, Ctx, ACQUIRE_WAIT};
+use crate::report::{Extra, Measurement, WdFigures};
+use crate::stats::{cpu_ns, mono_ns};
+use crate::{redis_util, BenchResult};
+
+/// Acquisitions (and releases) in flight at once.
+const IN_FLIGHT: usize = 256;
+/// Renewal periods the window lasts.
+const PERIODS: u32 = 3;
+/// Keys per EXISTS command in the final check.
+const EXISTS_CHUNK: usize = 1000;
+/// INFO calls between the two snapshots that the server counts in the delta.
+const OWN_INFO_CALLS: u64 = 2;
+
+/// Acquires `names` with at most [`IN_FLIGHT`] in flight; returns the
+/// guards and the Redis keys.
+async fn acquire_all(
+    client: &lock_core::LockClient,
+    count: usize,
+) -> BenchResult<(Vec<LockGuard>, Vec<String>)> {
+    let next = Arc::new(AtomicUsize::new(0));
+    let mut set: JoinSet<BenchResult<Vec<(LockGuard, String)>>> = JoinSet::new();
+    for _ in 0..IN_FLIGHT.min(count) {
+        let client = client.clone();
+        let next = next.clone();
+        set.spawn(async move {
+            let mut held = Vec::new();
+            // Each worker takes the next index until all are taken: bounded by `count`.
+            loop {
+                let i = next.fetch_add(1, Ordering::Relaxed);
+                if i >= count {
+                    break;
+                }
+                let lock = client.lock(&format!("wd:{i}"))?;
+                let guard = lock
+                    .acquire_with(AcquireOptions::new().wait(ACQUIRE_WAIT))
+                    .await?;
+                held.push((guard, lock.key().to_owned()));
+            }
+            Ok(held)
+        });
+    }
+    let mut guards = Vec::with_capacity(count);
+    let mut keys = Vec::with_capacity(count);
+    while let Some(joined) = set.join_next().await {
+        for (g, k) in joined?? {
+            guards.push(g);
+            keys.push(k);
+        }
+    }
+    Ok((guards, keys))
+}
+
+/// Releases every guard with at most [`IN_FLIGHT`] in flight; returns how
+/// many releases failed.
+async fn release_all(guards: Vec<LockGuard>) -> usize {
+    let chunk = guards.len().div_ceil(IN_FLIGHT).max(1);
+    let mut set = JoinSet::new();
+    let mut guards = guards.into_iter();
+    loop {
+        let batch: Vec<LockGuard> = guards.by_ref().take(chunk).collect();
+        if batch.is_empty() {
+            break;
+        }
+        set.spawn(async move {
+            let mut failed = 0;
+            for g in batch {
+                if g.release().await.is_err() {
+                    failed += 1;
+                }
+            }
+            failed
+        });
+    }
+    let mut failed = 0;
+    while let Some(joined) = set.join_next().await {
+        failed += joined.unwrap_or(1);
+    }
+    failed
+}
+
+/// How many of `keys` exist.
+async fn count_existing(
+    conn: &mut redis::aio::MultiplexedConnection,
+    keys: &[String],
+) -> BenchResult<u64> {
+    let mut pipe = redis::pipe();
+    for chunk in keys.chunks(EXISTS_CHUNK) {
+        pipe.cmd("EXISTS").arg(chunk);
+    }
+    let counts: Vec<u64> = pipe.query_async(conn).await?;
+    Ok(counts.iter().sum())
+}
+
+/// Commands, read events and input bytes the server has seen so far.
+struct Snapshot {
+    calls: std::collections::HashMap<String, u64>,
+    reads: u64,
+    bytes_in: u64,
+}
+
+async fn snapshot(conn: &mut redis::aio::MultiplexedConnection) -> BenchResult<Snapshot> {
+    let calls = redis_util::command_calls(conn).await?;
+    let stats = redis_util::info(conn, "stats").await?;
+    Ok(Snapshot {
+        calls,
+        reads: redis_util::stat(&stats, "total_reads_processed"),
+        bytes_in: redis_util::stat(&stats, "total_net_input_bytes"),
+    })
+}
+
+/// Whether a command (as `INFO commandstats` names it) runs a script: one
+/// command on the wire, whose own calls Redis counts separately.
+fn is_script_call(name: &str) -> bool {
+    [
+        "eval",
+        "evalsha",
+        "eval_ro",
+        "evalsha_ro",
+        "fcall",
+        "fcall_ro",
+    ]
+    .contains(&name)
+        || name.starts_with("script|")
+        || name == "script"
+}
+
+/// One WD measurement with `count` locks.
+pub(crate) async fn run(ctx: &Ctx, count: usize) -> BenchResult<Measurement> {
+    let watchdog = ctx.opts.wd_watchdog;
+    let client = lock_client(&ctx.url, &ctx.prefix, Some(watchdog)).await?;
+    let mut conn = redis_util::connect(&ctx.url).await?;
+
+    let t = mono_ns();
+    let (guards, keys) = acquire_all(&client, count).await?;
+    let acquire_s = (mono_ns() - t) as f64 / 1e9;
+
+    let period = watchdog / 3;
+    let before = snapshot(&mut conn).await?;
+    let (cpu0, t0) = (cpu_ns(), mono_ns());
+    tokio::time::sleep(period * PERIODS).await;
+    let (cpu1, t1) = (cpu_ns(), mono_ns());
+    let after = snapshot(&mut conn).await?;
+
+    let periods = (t1 - t0) as f64 / period.as_nanos() as f64;
+    let mut deltas: Vec<(String, u64)> = after
+        .calls
+        .iter()
+        .filter(|(name, _)| name.as_str() != "info")
+        .map(|(name, &n)| {
+            (
+                name.clone(),
+                n - before.calls.get(name).copied().unwrap_or(0).min(n),
+            )
+        })
+        .filter(|(_, d)| *d > 0)
+        .collect();
+    deltas.sort_by_key(|(_, d)| std::cmp::Reverse(*d));
+    let commands: u64 = deltas.iter().map(|(_, d)| d).sum();
+    let script_calls: u64 = deltas
+        .iter()
+        .filter(|(name, _)| is_script_call(name))
+        .map(|(_, d)| d)
+        .sum();
+    let reads = after.reads.saturating_sub(before.reads + OWN_INFO_CALLS);
+    let cpu_pct = match (cpu0, cpu1) {
+        (Some(a), Some(b)) => Some((b.saturating_sub(a)) as f64 * 100.0 / (t1 - t0) as f64),
+        _ => None,
+    };
+
+    let renewing = client.renewing_count();
+    let guards_held = guards.iter().filter(|g| g.is_held()).count();
+    let existing = count_existing(&mut conn, &keys).await?;
+    let all_held = renewing == count && guards_held == count && existing == count as u64;
+    let failed_releases = release_all(guards).await;
+
+    let per = |n: u64| n as f64 / periods;
+    let breakdown = deltas
+        .iter()
+        .map(|(name, d)| format!("{name} {:.0}", per(*d)))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let figures = WdFigures {
+        locks: count,
+        commands_per_period: per(commands),
+        script_calls_per_period: per(script_calls),
+        round_trips_per_period: per(reads),
+        cpu_pct,
+        all_held,
+    };
+    let notes = format!(
+        "locks={count}; watchdog {} ms (period {} ms), window {periods:.2} periods; commands/period={:.0}: script calls {:.0} + commands inside scripts or sent directly {:.0} ({breakdown}); round trips/period~{:.0} (server read events, INFO stats total_reads_processed); bytes in/period={:.0}; client CPU={}% of one core (getrusage); all_held={all_held} (renewing {renewing}, guards held {guards_held}, keys existing {existing}); acquire of all took {acquire_s:.2} s with {IN_FLIGHT} in flight; failed releases {failed_releases}",
+        watchdog.as_millis(),
+        period.as_millis(),
+        figures.commands_per_period,
+        figures.script_calls_per_period,
+        figures.commands_per_period - figures.script_calls_per_period,
+        figures.round_trips_per_period,
+        per(after.bytes_in.saturating_sub(before.bytes_in)),
+        cpu_pct.map_or("?".into(), |c| format!("{c:.2}")),
+    );
+    Ok(Measurement {
+        lib: "lock-core".into(),
+        workload: "WD".into(),
+        notes,
+        extra: Extra {
+            cycle_p50_us: None,
+            wd: Some(figures),
+        },
+        ..Default::default()
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn script_calls_are_told_from_commands_inside_them() {
+        for name in ["evalsha", "eval", "script|load", "fcall"] {
+            assert!(is_script_call(name), "{name}");
+        }
+        for name in ["hexists", "pexpire", "pttl", "exists", "info"] {
+            assert!(!is_script_call(name), "{name}");
+        }
+    }
+}
