@@ -59,7 +59,7 @@ fn main() -> ExitCode {
 }
 
 /// An error and its sources, `outer: inner: ...`.
-fn chain(e: &(dyn Error + 'static)) -> String {
+pub(crate) fn chain(e: &(dyn Error + 'static)) -> String {
     let mut s = e.to_string();
     let mut source = e.source();
     while let Some(inner) = source {
@@ -144,31 +144,30 @@ fn run(opts: Options) -> BenchResult<ExitCode> {
             continue;
         }
         eprintln!("lock-bench: running {workload:?}");
-        let results: Vec<BenchResult<Measurement>> = match workload {
+        // (lib, workload, result) of each measurement.
+        let results: Vec<(&str, String, BenchResult<Measurement>)> = match workload {
             Workload::Ref => vec![
-                rt.block_on(refs::l_min(&ctx)),
-                rt.block_on(refs::l_serial(&ctx)),
+                ("L-min", "W1".into(), rt.block_on(refs::l_min(&ctx))),
+                ("L-serial", "W2".into(), rt.block_on(refs::l_serial(&ctx))),
             ],
-            Workload::W1 => vec![rt.block_on(w1::run(&ctx))],
-            Workload::W2 => vec![rt.block_on(w2::run(&ctx))],
-            Workload::W3 => vec![w3::run(&ctx, &rt)],
+            Workload::W1 => vec![("lock-core", "W1".into(), rt.block_on(w1::run(&ctx)))],
+            Workload::W2 => vec![("lock-core", "W2".into(), rt.block_on(w2::run(&ctx)))],
+            Workload::W3 => vec![("lock-core", "W3".into(), w3::run(&ctx, &rt))],
             Workload::Wd => opts
                 .wd_counts
                 .iter()
-                .map(|&n| rt.block_on(wd::run(&ctx, n)))
+                .map(|&n| ("lock-core", "WD".into(), rt.block_on(wd::run(&ctx, n))))
                 .collect(),
         };
-        for result in results {
-            match result {
-                Ok(m) => {
-                    m.emit();
-                    all.push(m);
-                }
-                Err(e) => {
-                    failures += 1;
-                    eprintln!("lock-bench: {workload:?} failed: {}", chain(e.as_ref()));
-                }
-            }
+        for (lib, name, result) in results {
+            let m = result.unwrap_or_else(|e| {
+                failures += 1;
+                let why = chain(e.as_ref());
+                eprintln!("lock-bench: {lib} {name} failed: {why}");
+                Measurement::failed(lib, &name, &why)
+            });
+            m.emit();
+            all.push(m);
         }
     }
 

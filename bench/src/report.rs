@@ -69,6 +69,17 @@ fn round(v: Option<f64>, digits: i32) -> Option<f64> {
 }
 
 impl Measurement {
+    /// The line of a measurement that could not be made: every figure null,
+    /// the error in the notes.
+    pub(crate) fn failed(lib: &str, workload: &str, why: &str) -> Self {
+        Measurement {
+            lib: lib.into(),
+            workload: workload.into(),
+            notes: format!("FAILED: {why}"),
+            ..Default::default()
+        }
+    }
+
     /// The JSON line (without newline).
     pub(crate) fn to_json(&self) -> String {
         json!({

@@ -21,8 +21,8 @@
 //!
 //! The locks are acquired with at most 256 acquisitions in flight.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 
 use lock_core::{AcquireOptions, LockGuard};
 use tokio::task::JoinSet;
@@ -34,48 +34,118 @@ use crate::{redis_util, BenchResult};
 
 /// Acquisitions (and releases) in flight at once.
 const IN_FLIGHT: usize = 256;
+/// Attempts per lock while acquiring them all.
+const ACQUIRE_ATTEMPTS: u32 = 3;
 /// Renewal periods the window lasts.
 const PERIODS: u32 = 3;
 /// Keys per EXISTS command in the final check.
 const EXISTS_CHUNK: usize = 1000;
-/// INFO calls between the two snapshots that the server counts in the delta.
-const OWN_INFO_CALLS: u64 = 2;
+/// INFO calls of the second snapshot that the server counts in the delta of
+/// read events (the first snapshot's last call counts before its reply).
+const OWN_INFO_CALLS: u64 = 3;
 
-/// Acquires `names` with at most [`IN_FLIGHT`] in flight; returns the
-/// guards and the Redis keys.
+/// Failed acquisitions that were retried: how many, and the first error.
+#[derive(Debug, Default)]
+struct Retries {
+    count: AtomicUsize,
+    first: Mutex<Option<String>>,
+}
+
+impl Retries {
+    fn record(&self, e: &lock_core::Error) {
+        self.count.fetch_add(1, Ordering::Relaxed);
+        let mut first = self.first.lock().unwrap_or_else(|p| p.into_inner());
+        first.get_or_insert_with(|| crate::chain(e));
+    }
+
+    fn describe(&self) -> String {
+        let n = self.count.load(Ordering::Relaxed);
+        match &*self.first.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(e) => format!("{n} (first: {e})"),
+            None => n.to_string(),
+        }
+    }
+}
+
+/// Acquires `count` locks with at most [`IN_FLIGHT`] in flight, each with up
+/// to [`ACQUIRE_ATTEMPTS`] attempts; returns the guards and the Redis keys.
+/// On a final failure the other workers stop, what was acquired is
+/// released, and the error says how far it got.
 async fn acquire_all(
     client: &lock_core::LockClient,
     count: usize,
+    retries: &Arc<Retries>,
 ) -> BenchResult<(Vec<LockGuard>, Vec<String>)> {
     let next = Arc::new(AtomicUsize::new(0));
-    let mut set: JoinSet<BenchResult<Vec<(LockGuard, String)>>> = JoinSet::new();
+    let failed = Arc::new(AtomicBool::new(false));
+    let started = mono_ns();
+    type Held = Vec<(LockGuard, String)>;
+    let mut set: JoinSet<(Held, Option<String>)> = JoinSet::new();
     for _ in 0..IN_FLIGHT.min(count) {
         let client = client.clone();
         let next = next.clone();
+        let failed = failed.clone();
+        let retries = retries.clone();
         set.spawn(async move {
             let mut held = Vec::new();
             // Each worker takes the next index until all are taken: bounded by `count`.
-            loop {
+            while !failed.load(Ordering::Relaxed) {
                 let i = next.fetch_add(1, Ordering::Relaxed);
                 if i >= count {
                     break;
                 }
-                let lock = client.lock(&format!("wd:{i}"))?;
-                let guard = lock
-                    .acquire_with(AcquireOptions::new().wait(ACQUIRE_WAIT))
-                    .await?;
-                held.push((guard, lock.key().to_owned()));
+                let lock = match client.lock(&format!("wd:{i}")) {
+                    Ok(lock) => lock,
+                    Err(e) => {
+                        failed.store(true, Ordering::Relaxed);
+                        return (held, Some(crate::chain(&e)));
+                    }
+                };
+                // Bounded retries: what WD measures is the renewal of held
+                // locks, so a failed acquisition is retried (and reported).
+                let mut attempt = 0;
+                loop {
+                    attempt += 1;
+                    match lock
+                        .acquire_with(AcquireOptions::new().wait(ACQUIRE_WAIT))
+                        .await
+                    {
+                        Ok(g) => {
+                            held.push((g, lock.key().to_owned()));
+                            break;
+                        }
+                        Err(e) if attempt < ACQUIRE_ATTEMPTS => {
+                            retries.record(&e);
+                        }
+                        Err(e) => {
+                            failed.store(true, Ordering::Relaxed);
+                            return (held, Some(crate::chain(&e)));
+                        }
+                    }
+                }
             }
-            Ok(held)
+            (held, None)
         });
     }
     let mut guards = Vec::with_capacity(count);
     let mut keys = Vec::with_capacity(count);
+    let mut error = None;
     while let Some(joined) = set.join_next().await {
-        for (g, k) in joined?? {
+        let (held, e) = match joined {
+            Ok(r) => r,
+            Err(e) => (Vec::new(), Some(e.to_string())),
+        };
+        error = error.or(e);
+        for (g, k) in held {
             guards.push(g);
             keys.push(k);
         }
+    }
+    if let Some(e) = error {
+        let n = guards.len();
+        let secs = (mono_ns() - started) as f64 / 1e9;
+        release_all(guards).await;
+        return Err(format!("acquiring {count} locks failed after {n} in {secs:.1} s: {e}").into());
     }
     Ok((guards, keys))
 }
@@ -121,20 +191,30 @@ async fn count_existing(
     Ok(counts.iter().sum())
 }
 
-/// Commands, read events and input bytes the server has seen so far.
+/// Commands, read events, input bytes and CPU seconds the server has seen so far.
 struct Snapshot {
     calls: std::collections::HashMap<String, u64>,
     reads: u64,
     bytes_in: u64,
+    cpu_s: f64,
 }
 
+/// Three INFO calls; `INFO stats` last, so that only the next snapshot's
+/// calls fall between the two read counters ([`OWN_INFO_CALLS`]).
 async fn snapshot(conn: &mut redis::aio::MultiplexedConnection) -> BenchResult<Snapshot> {
     let calls = redis_util::command_calls(conn).await?;
+    let cpu = redis_util::info(conn, "cpu").await?;
     let stats = redis_util::info(conn, "stats").await?;
+    let secs = |name: &str| {
+        cpu.get(name)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
     Ok(Snapshot {
         calls,
         reads: redis_util::stat(&stats, "total_reads_processed"),
         bytes_in: redis_util::stat(&stats, "total_net_input_bytes"),
+        cpu_s: secs("used_cpu_user") + secs("used_cpu_sys"),
     })
 }
 
@@ -161,10 +241,12 @@ pub(crate) async fn run(ctx: &Ctx, count: usize) -> BenchResult<Measurement> {
     let mut conn = redis_util::connect(&ctx.url).await?;
 
     let t = mono_ns();
-    let (guards, keys) = acquire_all(&client, count).await?;
+    let retries = Arc::new(Retries::default());
+    let (guards, keys) = acquire_all(&client, count, &retries).await?;
     let acquire_s = (mono_ns() - t) as f64 / 1e9;
 
     let period = watchdog / 3;
+    let held_at_start = client.renewing_count();
     let before = snapshot(&mut conn).await?;
     let (cpu0, t0) = (cpu_ns(), mono_ns());
     tokio::time::sleep(period * PERIODS).await;
@@ -197,6 +279,9 @@ pub(crate) async fn run(ctx: &Ctx, count: usize) -> BenchResult<Measurement> {
         _ => None,
     };
 
+    let window_s = (t1 - t0) as f64 / 1e9;
+    let redis_cpu_pct = (after.cpu_s - before.cpu_s) * 100.0 / window_s;
+
     let renewing = client.renewing_count();
     let guards_held = guards.iter().filter(|g| g.is_held()).count();
     let existing = count_existing(&mut conn, &keys).await?;
@@ -218,7 +303,7 @@ pub(crate) async fn run(ctx: &Ctx, count: usize) -> BenchResult<Measurement> {
         all_held,
     };
     let notes = format!(
-        "locks={count}; watchdog {} ms (period {} ms), window {periods:.2} periods; commands/period={:.0}: script calls {:.0} + commands inside scripts or sent directly {:.0} ({breakdown}); round trips/period~{:.0} (server read events, INFO stats total_reads_processed); bytes in/period={:.0}; client CPU={}% of one core (getrusage); all_held={all_held} (renewing {renewing}, guards held {guards_held}, keys existing {existing}); acquire of all took {acquire_s:.2} s with {IN_FLIGHT} in flight; failed releases {failed_releases}",
+        "locks={count}; watchdog {} ms (period {} ms), window {periods:.2} periods; commands/period={:.0}: script calls {:.0} + commands inside scripts or sent directly {:.0} ({breakdown}); round trips/period~{:.0} (server read events, INFO stats total_reads_processed); bytes in/period={:.0}; client CPU={}% of one core (getrusage); redis-server CPU={:.1}% of one core (INFO cpu); all_held={all_held} (renewing {held_at_start} at the window's start; at its end renewing {renewing}, guards held {guards_held}, keys existing {existing}); acquire of all took {acquire_s:.2} s with {IN_FLIGHT} in flight, retried acquisitions {}; failed releases {failed_releases}",
         watchdog.as_millis(),
         period.as_millis(),
         figures.commands_per_period,
@@ -227,6 +312,8 @@ pub(crate) async fn run(ctx: &Ctx, count: usize) -> BenchResult<Measurement> {
         figures.round_trips_per_period,
         per(after.bytes_in.saturating_sub(before.bytes_in)),
         cpu_pct.map_or("?".into(), |c| format!("{c:.2}")),
+        redis_cpu_pct,
+        retries.describe(),
     );
     Ok(Measurement {
         lib: "lock-core".into(),
