@@ -1,0 +1,283 @@
+//! The command line: a small hand-written parser (no dependency), the
+//! defaults, and the `--smoke` presets.
+
+use std::time::Duration;
+
+/// Usage text printed by `--help` and after a bad argument.
+pub(crate) const USAGE: &str = "\
+lock-bench: measures lock-core against reference loops on a real Redis.
+
+usage: lock-bench [options]
+
+  --url URL            Redis to use (default: start a private redis-server)
+  --workloads LIST     comma-separated, any of REF,W1,W2,W3,WD (default: all)
+  --duration SECS      measured window per workload (default 5)
+  --warmup SECS        warm-up before each window (default 1)
+  --tasks N            tasks of W1, W2, L-min; W3 splits them over the processes (default 16)
+  --processes N        W3 processes (default 4; tasks per process = tasks / processes)
+  --wd-counts LIST     numbers of locks the WD workload holds (default 10000,100000)
+  --wd-watchdog-ms MS  watchdog timeout of the WD client (default 3000: renewal every 1 s)
+  --ref-conns N        connections of the L-min reference (default 16, lock-core's pool size)
+  --threads N          tokio worker threads (default: CPUs this process may run on)
+  --redis-cpu N        pin the private redis-server to CPU N (ignored with --url)
+  --bench-cpu N        pin this program (and its W3 children) to CPU N
+  --smoke              tiny durations and counts, for CI (whole run well under 20 s)
+  -h, --help           this text
+
+Output: one JSON line per measurement on stdout; a summary with the
+ratios against the targets on stderr.";
+
+/// The workloads, in the order they run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Workload {
+    /// L-min and L-serial reference loops.
+    Ref,
+    /// Uncontended: one key per task.
+    W1,
+    /// Contended: all tasks on one key, one process.
+    W2,
+    /// Contended across processes.
+    W3,
+    /// Many locks held by the watchdog.
+    Wd,
+}
+
+impl Workload {
+    pub(crate) const ALL: [Workload; 5] = [
+        Workload::Ref,
+        Workload::W1,
+        Workload::W2,
+        Workload::W3,
+        Workload::Wd,
+    ];
+
+    fn parse(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_uppercase().as_str() {
+            "REF" => Ok(Workload::Ref),
+            "W1" => Ok(Workload::W1),
+            "W2" => Ok(Workload::W2),
+            "W3" => Ok(Workload::W3),
+            "WD" => Ok(Workload::Wd),
+            other => Err(format!(
+                "unknown workload {other:?} (valid: REF, W1, W2, W3, WD)"
+            )),
+        }
+    }
+}
+
+/// Settings of a parent run.
+#[derive(Clone, Debug)]
+pub(crate) struct Options {
+    pub(crate) url: Option<String>,
+    pub(crate) workloads: Vec<Workload>,
+    pub(crate) duration: Duration,
+    pub(crate) warmup: Duration,
+    pub(crate) tasks: usize,
+    pub(crate) processes: usize,
+    pub(crate) wd_counts: Vec<usize>,
+    pub(crate) wd_watchdog: Duration,
+    pub(crate) ref_conns: usize,
+    pub(crate) threads: Option<usize>,
+    pub(crate) redis_cpu: Option<usize>,
+    pub(crate) bench_cpu: Option<usize>,
+    pub(crate) smoke: bool,
+}
+
+/// Settings of a W3 child process (the hidden `--child w3` role).
+#[derive(Clone, Debug)]
+pub(crate) struct ChildOptions {
+    pub(crate) url: String,
+    pub(crate) prefix: String,
+    pub(crate) proc_id: usize,
+    pub(crate) tasks: usize,
+    pub(crate) threads: Option<usize>,
+}
+
+/// What the command line asks for.
+#[derive(Debug)]
+pub(crate) enum Command {
+    Run(Options),
+    Child(ChildOptions),
+    Help,
+}
+
+/// Upper bounds that keep a typo from starting an endless run.
+const MAX_SECS: f64 = 3600.0;
+const MAX_TASKS: usize = 4096;
+const MAX_PROCESSES: usize = 64;
+const MAX_WD_LOCKS: usize = 1_000_000;
+
+/// Parses the arguments after the program name.
+pub(crate) fn parse(args: &[String]) -> Result<Command, String> {
+    let mut it = args.iter();
+    let mut url = None;
+    let mut workloads = None;
+    let mut duration = None;
+    let mut warmup = None;
+    let mut tasks = None;
+    let mut processes = None;
+    let mut wd_counts = None;
+    let mut wd_watchdog = None;
+    let mut ref_conns = None;
+    let mut threads = None;
+    let mut redis_cpu = None;
+    let mut bench_cpu = None;
+    let mut smoke = false;
+    let mut child = None;
+    let mut prefix = None;
+    let mut proc_id = None;
+    while let Some(flag) = it.next() {
+        let mut value = || {
+            it.next()
+                .cloned()
+                .ok_or_else(|| format!("{flag} needs a value"))
+        };
+        match flag.as_str() {
+            "-h" | "--help" => return Ok(Command::Help),
+            "--url" => url = Some(value()?),
+            "--workloads" => {
+                let list = value()?
+                    .split(',')
+                    .filter(|s| !s.trim().is_empty())
+                    .map(Workload::parse)
+                    .collect::<Result<Vec<_>, _>>()?;
+                workloads = Some(list);
+            }
+            "--duration" => duration = Some(secs(flag, &value()?)?),
+            "--warmup" => warmup = Some(secs(flag, &value()?)?),
+            "--tasks" => tasks = Some(count(flag, &value()?, 1, MAX_TASKS)?),
+            "--processes" => processes = Some(count(flag, &value()?, 1, MAX_PROCESSES)?),
+            "--wd-counts" => {
+                let list = value()?
+                    .split(',')
+                    .filter(|s| !s.trim().is_empty())
+                    .map(|s| count(flag, s.trim(), 1, MAX_WD_LOCKS))
+                    .collect::<Result<Vec<_>, _>>()?;
+                wd_counts = Some(list);
+            }
+            "--wd-watchdog-ms" => {
+                let ms = count(flag, &value()?, 300, 600_000)?;
+                wd_watchdog = Some(Duration::from_millis(ms as u64));
+            }
+            "--ref-conns" => ref_conns = Some(count(flag, &value()?, 1, MAX_TASKS)?),
+            "--threads" => threads = Some(count(flag, &value()?, 1, 256)?),
+            "--redis-cpu" => redis_cpu = Some(count(flag, &value()?, 0, 4095)?),
+            "--bench-cpu" => bench_cpu = Some(count(flag, &value()?, 0, 4095)?),
+            "--smoke" => smoke = true,
+            // Hidden: the role of a W3 child process and its settings.
+            "--child" => child = Some(value()?),
+            "--prefix" => prefix = Some(value()?),
+            "--proc" => proc_id = Some(count(flag, &value()?, 0, MAX_PROCESSES)?),
+            other => return Err(format!("unknown argument {other:?}")),
+        }
+    }
+
+    if let Some(role) = child {
+        if role != "w3" {
+            return Err(format!("unknown child role {role:?}"));
+        }
+        return Ok(Command::Child(ChildOptions {
+            url: url.ok_or("a child needs --url")?,
+            prefix: prefix.ok_or("a child needs --prefix")?,
+            proc_id: proc_id.ok_or("a child needs --proc")?,
+            tasks: tasks.ok_or("a child needs --tasks")?,
+            threads,
+        }));
+    }
+
+    let (def_duration, def_warmup, def_wd) = if smoke {
+        (
+            Duration::from_millis(500),
+            Duration::from_millis(200),
+            vec![500],
+        )
+    } else {
+        (
+            Duration::from_secs(5),
+            Duration::from_secs(1),
+            vec![10_000, 100_000],
+        )
+    };
+    Ok(Command::Run(Options {
+        url,
+        workloads: workloads.unwrap_or_else(|| Workload::ALL.to_vec()),
+        duration: duration.unwrap_or(def_duration),
+        warmup: warmup.unwrap_or(def_warmup),
+        tasks: tasks.unwrap_or(16),
+        processes: processes.unwrap_or(4),
+        wd_counts: wd_counts.unwrap_or(def_wd),
+        wd_watchdog: wd_watchdog.unwrap_or(Duration::from_secs(3)),
+        ref_conns: ref_conns.unwrap_or(lock_core::DEFAULT_POOL_SIZE as usize),
+        threads,
+        redis_cpu,
+        bench_cpu,
+        smoke,
+    }))
+}
+
+fn secs(flag: &str, v: &str) -> Result<Duration, String> {
+    let s: f64 = v
+        .parse()
+        .map_err(|_| format!("{flag}: {v:?} is not a number of seconds"))?;
+    if !(0.0..=MAX_SECS).contains(&s) {
+        return Err(format!("{flag}: {v} is outside 0..={MAX_SECS} seconds"));
+    }
+    Ok(Duration::from_secs_f64(s))
+}
+
+fn count(flag: &str, v: &str, min: usize, max: usize) -> Result<usize, String> {
+    let n: usize = v
+        .parse()
+        .map_err(|_| format!("{flag}: {v:?} is not a whole number"))?;
+    if !(min..=max).contains(&n) {
+        return Err(format!("{flag}: {n} is outside {min}..={max}"));
+    }
+    Ok(n)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(args: &[&str]) -> Options {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        match parse(&args) {
+            Ok(Command::Run(o)) => o,
+            other => panic!("expected a run, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn defaults_match_the_issue() {
+        let o = run(&[]);
+        assert_eq!(o.duration, Duration::from_secs(5));
+        assert_eq!(o.warmup, Duration::from_secs(1));
+        assert_eq!((o.tasks, o.processes), (16, 4));
+        assert_eq!(o.wd_counts, vec![10_000, 100_000]);
+        assert_eq!(o.workloads, Workload::ALL.to_vec());
+    }
+
+    #[test]
+    fn smoke_shrinks_defaults_but_explicit_flags_win() {
+        let o = run(&["--smoke", "--duration", "0.3", "--workloads", "w2,ref"]);
+        assert_eq!(o.duration, Duration::from_millis(300));
+        assert_eq!(o.warmup, Duration::from_millis(200));
+        assert_eq!(o.wd_counts, vec![500]);
+        assert_eq!(o.workloads, vec![Workload::W2, Workload::Ref]);
+    }
+
+    #[test]
+    fn bad_values_are_errors() {
+        for bad in [
+            vec!["--tasks", "0"],
+            vec!["--duration", "x"],
+            vec!["--workloads", "W9"],
+            vec!["--frobnicate"],
+            vec!["--url"],
+            vec!["--child", "w3"],
+        ] {
+            let args: Vec<String> = bad.iter().map(|s| s.to_string()).collect();
+            assert!(parse(&args).is_err(), "{bad:?} must be rejected");
+        }
+    }
+}

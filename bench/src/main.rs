@@ -1,0 +1,202 @@
+//! lock-bench: measures lock-core at the speed limit of Redis.
+//!
+//! Starts a private redis-server (or uses `--url`), runs the workloads of
+//! issue 6 — the L-min and L-serial references, W1 (uncontended), W2
+//! (contended, one process), W3 (contended, several processes: copies of
+//! this program), WD (watchdog holding many locks) — and prints one JSON
+//! line per measurement on stdout, then a summary with the ratios against
+//! the targets on stderr. `scripts/bench.sh` builds it in release mode and
+//! runs it with redis-server pinned to CPU 0 and the benchmark to CPU 1.
+//!
+//! ```text
+//! lock-bench [--url URL] [--workloads REF,W1,W2,W3,WD] [--duration 5] [--warmup 1]
+//!            [--tasks 16] [--processes 4] [--wd-counts 10000,100000]
+//!            [--redis-cpu 0] [--bench-cpu 1] [--smoke]
+//! ```
+
+mod args;
+mod pin;
+mod redis_util;
+mod report;
+mod stats;
+mod workloads;
+
+use std::error::Error;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use lock_tests::RedisServer;
+use tokio::runtime::Runtime;
+
+use crate::args::{ChildOptions, Command, Options, Workload, USAGE};
+use crate::report::Measurement;
+use crate::workloads::{refs, w1, w2, w3, wd, Ctx};
+
+/// Errors of the benchmark: reported on stderr, never unwrapped.
+pub(crate) type BenchResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
+
+fn main() -> ExitCode {
+    let argv: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args::parse(&argv) {
+        Ok(Command::Help) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Ok(Command::Run(opts)) => run(opts),
+        Ok(Command::Child(opts)) => child(&opts),
+        Err(e) => {
+            eprintln!("lock-bench: {e}\n\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("lock-bench: {}", chain(e.as_ref()));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// An error and its sources, `outer: inner: ...`.
+pub(crate) fn chain(e: &(dyn Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut source = e.source();
+    while let Some(inner) = source {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        source = inner.source();
+    }
+    s
+}
+
+/// The runtime of the workloads: `--threads` workers, else one per CPU
+/// this process may run on (1 when pinned).
+fn runtime(threads: Option<usize>) -> std::io::Result<Runtime> {
+    let workers = threads
+        .or_else(|| std::thread::available_parallelism().ok().map(|n| n.get()))
+        .unwrap_or(1);
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(workers)
+        .enable_all()
+        .build()
+}
+
+fn cpus_text(cpu: Option<usize>) -> String {
+    cpu.map_or("unpinned".into(), |c| format!("pinned to CPU {c}"))
+}
+
+fn run(opts: Options) -> BenchResult<ExitCode> {
+    let machine_cpus = std::thread::available_parallelism().map_or(0, |n| n.get());
+    if let Some(cpu) = opts.bench_cpu {
+        pin::pin_self(cpu)?;
+    }
+    let server = match &opts.url {
+        Some(_) => {
+            if opts.redis_cpu.is_some() {
+                eprintln!(
+                    "lock-bench: --redis-cpu is ignored with --url (the server is not ours to pin)"
+                );
+            }
+            None
+        }
+        None => Some(RedisServer::start()?),
+    };
+    let mut redis_text = match &opts.url {
+        Some(u) => format!("redis at {u} (given), unpinned by us"),
+        None => "private redis-server unpinned".into(),
+    };
+    if let (Some(server), Some(cpu)) = (&server, opts.redis_cpu) {
+        let pid = server
+            .pid()
+            .ok_or("the private redis-server is not running")?;
+        let threads = pin::pin_process(pid, cpu)?;
+        redis_text = format!("private redis-server pinned to CPU {cpu} ({threads} threads)");
+    }
+    let url = match (&opts.url, &server) {
+        (Some(u), _) => u.clone(),
+        (None, Some(s)) => s.url(),
+        (None, None) => return Err("no Redis to use".into()),
+    };
+
+    let rt = runtime(opts.threads)?;
+    let workers = opts
+        .threads
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let setup = format!(
+        "{redis_text}; bench {} with {workers} tokio worker(s); machine has {machine_cpus} CPUs; window {:.1} s after {:.1} s warm-up{}",
+        cpus_text(opts.bench_cpu),
+        opts.duration.as_secs_f64(),
+        opts.warmup.as_secs_f64(),
+        if opts.smoke { "; SMOKE run: figures meaningless" } else { "" }
+    );
+    eprintln!("lock-bench: {setup}");
+    let ctx = Ctx {
+        url,
+        prefix: format!("lb:{}:", std::process::id()),
+        opts: opts.clone(),
+    };
+
+    let mut all: Vec<Measurement> = Vec::new();
+    let mut failures = 0;
+    for workload in Workload::ALL {
+        if !opts.workloads.contains(&workload) {
+            continue;
+        }
+        eprintln!("lock-bench: running {workload:?}");
+        // (lib, workload, result) of each measurement.
+        let results: Vec<(&str, String, BenchResult<Measurement>)> = match workload {
+            Workload::Ref => vec![
+                ("L-min", "W1".into(), rt.block_on(refs::l_min(&ctx))),
+                ("L-serial", "W2".into(), rt.block_on(refs::l_serial(&ctx))),
+            ],
+            Workload::W1 => vec![("lock-core", "W1".into(), rt.block_on(w1::run(&ctx)))],
+            Workload::W2 => vec![("lock-core", "W2".into(), rt.block_on(w2::run(&ctx)))],
+            Workload::W3 => vec![("lock-core", "W3".into(), w3::run(&ctx, &rt))],
+            Workload::Wd => opts
+                .wd_counts
+                .iter()
+                .map(|&n| ("lock-core", "WD".into(), rt.block_on(wd::run(&ctx, n))))
+                .collect(),
+        };
+        for (lib, name, result) in results {
+            let m = result.unwrap_or_else(|e| {
+                failures += 1;
+                let why = chain(e.as_ref());
+                eprintln!("lock-bench: {lib} {name} failed: {why}");
+                Measurement::failed(lib, &name, &why)
+            });
+            m.emit();
+            all.push(m);
+        }
+    }
+
+    if opts.url.is_some() {
+        let cleaned = rt.block_on(async {
+            let mut conn = redis_util::connect(&ctx.url).await?;
+            redis_util::delete_run_keys(&mut conn, &ctx.prefix).await
+        });
+        if let Err(e) = cleaned {
+            eprintln!(
+                "lock-bench: could not delete this run's keys ({}*): {}",
+                ctx.prefix,
+                chain(e.as_ref())
+            );
+        }
+    }
+    rt.shutdown_timeout(Duration::from_secs(5));
+    eprint!("{}", report::summary(&all, &setup));
+    drop(server);
+    Ok(if failures == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn child(opts: &ChildOptions) -> BenchResult<ExitCode> {
+    let rt = runtime(opts.threads)?;
+    w3::child(opts, &rt)?;
+    rt.shutdown_timeout(Duration::from_secs(5));
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,283 @@
+//! One JSON line per measurement (stdout) and the closing summary with the
+//! ratios against the targets (stderr).
+
+use std::io::Write;
+
+use serde_json::json;
+
+/// The fields every JSON line carries (the list, in its order).
+#[cfg(test)]
+pub(crate) const FIELDS: [&str; 11] = [
+    "lib",
+    "workload",
+    "cycles_per_s",
+    "p50_us",
+    "p99_us",
+    "max_wait_ms",
+    "jain",
+    "handoff_pct",
+    "violations",
+    "counter_ok",
+    "notes",
+];
+
+/// One measurement; `None` prints as `null` (not applicable).
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Measurement {
+    pub(crate) lib: String,
+    pub(crate) workload: String,
+    pub(crate) cycles_per_s: Option<f64>,
+    /// W1 and references: cycle latency; W2/W3: acquire wait.
+    pub(crate) p50_us: Option<f64>,
+    pub(crate) p99_us: Option<f64>,
+    pub(crate) max_wait_ms: Option<f64>,
+    pub(crate) jain: Option<f64>,
+    pub(crate) handoff_pct: Option<f64>,
+    pub(crate) violations: Option<u64>,
+    pub(crate) counter_ok: Option<bool>,
+    pub(crate) notes: String,
+    /// Figures for the summary that have no JSON field of their own.
+    pub(crate) extra: Extra,
+}
+
+/// Summary-only figures.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Extra {
+    /// Median cycle latency (acquire start → release end) of one task, µs.
+    pub(crate) cycle_p50_us: Option<f64>,
+    /// The watchdog workload's figures.
+    pub(crate) wd: Option<WdFigures>,
+}
+
+/// What the WD workload measured for one number of locks.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct WdFigures {
+    pub(crate) locks: usize,
+    /// Every command Redis counted, including those run inside scripts.
+    pub(crate) commands_per_period: f64,
+    /// EVALSHA/EVAL/SCRIPT calls only: commands on the wire.
+    pub(crate) script_calls_per_period: f64,
+    pub(crate) round_trips_per_period: f64,
+    pub(crate) cpu_pct: Option<f64>,
+    pub(crate) all_held: bool,
+}
+
+fn round(v: Option<f64>, digits: i32) -> Option<f64> {
+    let scale = 10f64.powi(digits);
+    v.filter(|x| x.is_finite())
+        .map(|x| (x * scale).round() / scale)
+}
+
+impl Measurement {
+    /// The line of a measurement that could not be made: every figure null,
+    /// the error in the notes.
+    pub(crate) fn failed(lib: &str, workload: &str, why: &str) -> Self {
+        Measurement {
+            lib: lib.into(),
+            workload: workload.into(),
+            notes: format!("FAILED: {why}"),
+            ..Default::default()
+        }
+    }
+
+    /// The JSON line (without newline).
+    pub(crate) fn to_json(&self) -> String {
+        json!({
+            "lib": self.lib,
+            "workload": self.workload,
+            "cycles_per_s": round(self.cycles_per_s, 1),
+            "p50_us": round(self.p50_us, 1),
+            "p99_us": round(self.p99_us, 1),
+            "max_wait_ms": round(self.max_wait_ms, 3),
+            "jain": round(self.jain, 4),
+            "handoff_pct": round(self.handoff_pct, 2),
+            "violations": self.violations,
+            "counter_ok": self.counter_ok,
+            "notes": self.notes,
+        })
+        .to_string()
+    }
+
+    /// Prints the JSON line on stdout at once (so a long run shows progress).
+    pub(crate) fn emit(&self) {
+        let mut out = std::io::stdout().lock();
+        // A closed stdout (e.g. `| head`) must not abort the run.
+        let _ = writeln!(out, "{}", self.to_json());
+        let _ = out.flush();
+    }
+}
+
+fn find<'a>(all: &'a [Measurement], lib: &str, workload: &str) -> Option<&'a Measurement> {
+    all.iter().find(|m| m.lib == lib && m.workload == workload)
+}
+
+fn verdict(ok: bool) -> &'static str {
+    if ok {
+        "met"
+    } else {
+        "MISSED"
+    }
+}
+
+/// The human-readable summary: every ratio against its target.
+pub(crate) fn summary(all: &[Measurement], setup: &str) -> String {
+    let mut s = String::new();
+    let mut line = |t: String| {
+        s.push_str(&t);
+        s.push('\n');
+    };
+    line(format!("== lock-bench summary ({setup})"));
+    line(
+        "   figures compare only within one run; the machine may be shared with other builds"
+            .into(),
+    );
+
+    let l_min = find(all, "L-min", "W1").and_then(|m| m.cycles_per_s);
+    let l_serial = find(all, "L-serial", "W2").and_then(|m| m.cycles_per_s);
+
+    if let Some(w1) = find(all, "lock-core", "W1").and_then(|m| m.cycles_per_s) {
+        match l_min {
+            Some(r) if r > 0.0 => {
+                let ratio = w1 / r;
+                line(format!(
+                    "W1  lock-core {w1:>9.0} cycles/s  L-min {r:>9.0}  ratio {ratio:.3}  (target >= 0.9: {})",
+                    verdict(ratio >= 0.9)
+                ));
+            }
+            _ => line(format!(
+                "W1  lock-core {w1:>9.0} cycles/s  (no L-min in this run: run REF too)"
+            )),
+        }
+    }
+
+    for (workload, target) in [("W2", 1.0), ("W3", 0.9)] {
+        let Some(m) = find(all, "lock-core", workload) else {
+            continue;
+        };
+        let Some(rate) = m.cycles_per_s else {
+            line(format!("{workload}  lock-core: no figures ({})", m.notes));
+            continue;
+        };
+        let ratio = l_serial.filter(|r| *r > 0.0).map(|r| rate / r);
+        let ratio_text = match (ratio, l_serial) {
+            (Some(x), Some(r)) => format!(
+                "L-serial {r:>7.0}  ratio {x:.3}  (target >= {target}: {})",
+                verdict(x >= target)
+            ),
+            _ => "(no L-serial in this run: run REF too)".into(),
+        };
+        line(format!(
+            "{workload}  lock-core {rate:>9.0} cycles/s  {ratio_text}"
+        ));
+        if let Some(j) = m.jain {
+            line(format!(
+                "      Jain {j:.4} (target >= 0.99: {})",
+                verdict(j >= 0.99)
+            ));
+        }
+        if let Some(max_ms) = m.max_wait_ms {
+            let lock_cycle_us = 1e6 / rate;
+            let by_lock = max_ms * 1000.0 / lock_cycle_us;
+            line(format!(
+                "      max wait {max_ms:.1} ms = {by_lock:.0} x the lock-level cycle time 1/cycles_per_s ({lock_cycle_us:.0} us) (target <= 50: {})",
+                verdict(by_lock <= 50.0)
+            ));
+            if let Some(task_cycle) = m.extra.cycle_p50_us.filter(|c| *c > 0.0) {
+                let by_task = max_ms * 1000.0 / task_cycle;
+                line(format!(
+                    "      max wait {max_ms:.1} ms = {by_task:.1} x the p50 per-task cycle latency ({task_cycle:.0} us, acquire start -> release end) (target <= 50: {})",
+                    verdict(by_task <= 50.0)
+                ));
+            }
+        }
+        if let Some(h) = m.handoff_pct {
+            line(format!(
+                "      hand-offs {h:.1} %  violations {}  counter ok {}",
+                m.violations.map_or("-".into(), |v| v.to_string()),
+                m.counter_ok.map_or("-".into(), |v| v.to_string())
+            ));
+        }
+    }
+
+    for m in all.iter().filter(|m| m.workload == "WD") {
+        match &m.extra.wd {
+            Some(wd) => {
+                let cpu = wd.cpu_pct.map_or("?".into(), |c| format!("{c:.1}"));
+                let targets = if wd.locks >= 100_000 {
+                    format!(
+                        "  (targets at 100k: round trips <= 1000: {}, CPU <= 5 %: {})",
+                        verdict(wd.round_trips_per_period <= 1000.0),
+                        verdict(wd.cpu_pct.is_some_and(|c| c <= 5.0))
+                    )
+                } else {
+                    String::new()
+                };
+                line(format!(
+                    "WD  {:>6} locks: {:.0} commands/period ({:.0} script calls + {:.0} run inside them), ~{:.0} round trips/period, client CPU {cpu} % of one core, all held {}{targets}",
+                    wd.locks,
+                    wd.commands_per_period,
+                    wd.script_calls_per_period,
+                    wd.commands_per_period - wd.script_calls_per_period,
+                    wd.round_trips_per_period,
+                    wd.all_held
+                ));
+            }
+            None => line(format!("WD  no figures ({})", m.notes)),
+        }
+    }
+    line("LAYER: not measured yet (comes once lock-tower has its benchmark handler)".into());
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn json_lines_carry_every_field_with_null_for_missing() {
+        let m = Measurement {
+            lib: "lock-core".into(),
+            workload: "W1".into(),
+            cycles_per_s: Some(1234.56),
+            notes: "n".into(),
+            ..Default::default()
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&m.to_json()).unwrap_or_else(|e| panic!("{e}"));
+        for f in FIELDS {
+            assert!(v.get(f).is_some(), "field {f} missing");
+        }
+        assert_eq!(v["cycles_per_s"], json!(1234.6));
+        assert!(v["jain"].is_null());
+    }
+
+    #[test]
+    fn summary_reports_ratios_and_verdicts() {
+        let all = vec![
+            Measurement {
+                lib: "L-serial".into(),
+                workload: "W2".into(),
+                cycles_per_s: Some(5000.0),
+                ..Default::default()
+            },
+            Measurement {
+                lib: "lock-core".into(),
+                workload: "W2".into(),
+                cycles_per_s: Some(5500.0),
+                jain: Some(0.995),
+                max_wait_ms: Some(20.0),
+                extra: Extra {
+                    cycle_p50_us: Some(3000.0),
+                    wd: None,
+                },
+                ..Default::default()
+            },
+        ];
+        let s = summary(&all, "test");
+        assert!(s.contains("ratio 1.100"), "{s}");
+        assert!(s.contains("Jain 0.9950 (target >= 0.99: met)"), "{s}");
+        // 20 ms / (1e6/5500 us) = 110 lock cycles: missed; 20 ms / 3 ms = 6.7 task cycles: met.
+        assert!(s.contains("= 110 x the lock-level"), "{s}");
+        assert!(s.contains("6.7 x the p50 per-task"), "{s}");
+    }
+}

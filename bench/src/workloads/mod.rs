@@ -1,0 +1,135 @@
+//! The workloads, and what they share: settings, the lock-core client, the
+//! uncontended figures.
+
+pub(crate) mod refs;
+pub(crate) mod w1;
+pub(crate) mod w2;
+pub(crate) mod w3;
+pub(crate) mod wd;
+
+use std::time::Duration;
+
+use lock_core::{AcquireOptions, LockClient};
+
+use crate::args::Options;
+use crate::report::Measurement;
+use crate::stats::{percentile, Window};
+use crate::BenchResult;
+
+/// Explicit lease of every non-watchdog acquisition (the 10 s).
+pub(crate) const LEASE: Duration = Duration::from_secs(10);
+/// Wait bound of every blocking acquisition: no loop waits forever.
+pub(crate) const ACQUIRE_WAIT: Duration = Duration::from_secs(30);
+/// Upper bound on the cycles of one task, besides the time bound.
+pub(crate) const MAX_CYCLES: usize = 50_000_000;
+
+/// The options of every timed acquisition.
+pub(crate) fn acquire_options() -> AcquireOptions {
+    AcquireOptions::new().wait(ACQUIRE_WAIT).lease(LEASE)
+}
+
+/// What every workload needs to know.
+#[derive(Clone, Debug)]
+pub(crate) struct Ctx {
+    pub(crate) url: String,
+    /// Prefix of every key of this run (lock keys through the client's key
+    /// prefix, raw keys by hand), so runs never collide.
+    pub(crate) prefix: String,
+    pub(crate) opts: Options,
+}
+
+impl Ctx {
+    /// The measurement window of a workload that starts now.
+    pub(crate) fn window(&self) -> Window {
+        Window::new(
+            crate::stats::mono_ns(),
+            self.opts.warmup,
+            self.opts.duration,
+        )
+    }
+
+    /// A raw key of this run.
+    pub(crate) fn key(&self, name: &str) -> String {
+        format!("{}{name}", self.prefix)
+    }
+}
+
+/// A lock-core client with default settings (pool of 16, as users get it)
+/// except the run's key prefix and, for WD, the watchdog timeout.
+pub(crate) async fn lock_client(
+    url: &str,
+    prefix: &str,
+    watchdog: Option<Duration>,
+) -> BenchResult<LockClient> {
+    let mut builder = LockClient::builder(url).key_prefix(prefix);
+    if let Some(w) = watchdog {
+        builder = builder.watchdog_timeout(w);
+    }
+    let client = builder.build()?;
+    client.ping().await?;
+    Ok(client)
+}
+
+/// The figures of an uncontended loop (W1, L-min, L-serial): cycles/s and
+/// the percentiles of the cycle latency (acquire start → release end).
+pub(crate) fn uncontended(
+    lib: &str,
+    workload: &str,
+    mut latencies: Vec<u64>,
+    window: &Window,
+    notes: String,
+) -> Measurement {
+    latencies.sort_unstable();
+    let us = |p| percentile(&latencies, p).map(|ns| ns as f64 / 1000.0);
+    Measurement {
+        lib: lib.into(),
+        workload: workload.into(),
+        cycles_per_s: Some(latencies.len() as f64 / window.secs()),
+        p50_us: us(50.0),
+        p99_us: us(99.0),
+        extra: crate::report::Extra {
+            cycle_p50_us: us(50.0),
+            wd: None,
+        },
+        notes,
+        ..Default::default()
+    }
+}
+
+/// The figures of a contended loop (W2, W3): p50/p99/max are acquire
+/// waits; the cycle latency and the lock-level cycle time go to the notes.
+pub(crate) fn contended(
+    workload: &str,
+    c: &crate::stats::Contended,
+    violations: u64,
+    counter_ok: bool,
+    notes: &str,
+) -> Measurement {
+    let us = |v: &[u64], p| percentile(v, p).map(|ns| ns as f64 / 1000.0);
+    let cycle_p50 = us(&c.latencies, 50.0);
+    let lock_cycle_us = (c.cycles_per_s > 0.0).then(|| 1e6 / c.cycles_per_s);
+    let fmt = |v: Option<f64>| v.map_or("-".to_owned(), |x| format!("{x:.0}"));
+    Measurement {
+        lib: "lock-core".into(),
+        workload: workload.into(),
+        cycles_per_s: Some(c.cycles_per_s),
+        p50_us: us(&c.waits, 50.0),
+        p99_us: us(&c.waits, 99.0),
+        max_wait_ms: c.waits.last().map(|&ns| ns as f64 / 1e6),
+        jain: c.jain,
+        handoff_pct: c.handoff_pct,
+        violations: Some(violations),
+        counter_ok: Some(counter_ok),
+        notes: format!(
+            "{notes}; p50/p99/max = acquire wait; cycle latency p50 {} us, p99 {} us; lock-level cycle time 1/cycles_per_s {} us; measured cycles {}; hand-offs in counter (INCR) order",
+            fmt(cycle_p50),
+            fmt(us(&c.latencies, 99.0)),
+            fmt(lock_cycle_us),
+            c.measured
+        ),
+        extra: crate::report::Extra {
+            cycle_p50_us: cycle_p50,
+            wd: None,
+        },
+    }
+}

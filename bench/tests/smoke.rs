@@ -1,0 +1,140 @@
+//! CI smoke test: runs the whole benchmark with `--smoke` against a private
+//! redis-server and checks the shape of its output and the invariants of
+//! the lock-core workloads. No timing is asserted.
+
+use std::io::Read;
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+const FIELDS: [&str; 11] = [
+    "lib",
+    "workload",
+    "cycles_per_s",
+    "p50_us",
+    "p99_us",
+    "max_wait_ms",
+    "jain",
+    "handoff_pct",
+    "violations",
+    "counter_ok",
+    "notes",
+];
+
+/// Far above the smoke run's own length (a few seconds), for loaded CI machines.
+const LIMIT: Duration = Duration::from_secs(180);
+
+/// Runs lock-bench with `args`; returns (success, stdout, stderr).
+fn run(args: &[&str]) -> (bool, String, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_lock-bench"))
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap_or_else(|e| panic!("cannot start lock-bench: {e}"));
+    let readers = [
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    ]
+    .map(|pipe| {
+        std::thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(mut p) = pipe {
+                let _ = p.read_to_string(&mut text);
+            }
+            text
+        })
+    });
+    let started = Instant::now();
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap_or_else(|e| panic!("wait: {e}")) {
+            break status;
+        }
+        if started.elapsed() > LIMIT {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("lock-bench --smoke did not finish within {LIMIT:?}");
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let [out, err] = readers.map(|r| r.join().unwrap_or_default());
+    (status.success(), out, err)
+}
+
+#[test]
+fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
+    let (ok, out, err) = run(&["--smoke"]);
+    assert!(
+        ok,
+        "lock-bench --smoke failed\nstdout:\n{out}\nstderr:\n{err}"
+    );
+
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    for v in &lines {
+        let obj = v
+            .as_object()
+            .unwrap_or_else(|| panic!("not an object: {v}"));
+        for f in FIELDS {
+            assert!(obj.contains_key(f), "field {f} missing in {v}");
+        }
+        assert_eq!(obj.len(), FIELDS.len(), "unexpected fields in {v}");
+    }
+    let find = |lib: &str, workload: &str| {
+        lines
+            .iter()
+            .find(|v| v["lib"] == lib && v["workload"] == workload)
+            .unwrap_or_else(|| panic!("no {lib}/{workload} line in:\n{out}"))
+    };
+
+    for (lib, workload) in [("L-min", "W1"), ("lock-core", "W1")] {
+        let v = find(lib, workload);
+        assert!(v["cycles_per_s"].as_f64().is_some_and(|r| r > 0.0), "{v}");
+        assert!(v["p50_us"].is_number(), "{v}");
+    }
+    assert_eq!(find("L-serial", "W2")["counter_ok"], true);
+
+    for workload in ["W2", "W3"] {
+        let v = find("lock-core", workload);
+        assert_eq!(v["counter_ok"], true, "{v}");
+        assert_eq!(v["violations"], 0, "{v}");
+        assert!(v["cycles_per_s"].as_f64().is_some_and(|r| r > 0.0), "{v}");
+        assert!(v["jain"].is_number() && v["handoff_pct"].is_number(), "{v}");
+        assert!(v["max_wait_ms"].is_number(), "{v}");
+    }
+
+    let wd = find("lock-core", "WD");
+    let notes = wd["notes"].as_str().unwrap_or_default();
+    assert!(notes.contains("all_held=true"), "{wd}");
+    assert!(notes.contains("commands/period="), "{wd}");
+
+    assert!(
+        err.contains("lock-bench summary"),
+        "no summary on stderr:\n{err}"
+    );
+    assert!(
+        err.contains("LAYER"),
+        "the summary must say LAYER is not measured:\n{err}"
+    );
+}
+
+#[test]
+fn a_bad_argument_is_rejected_with_the_usage() {
+    let (ok, out, err) = run(&["--workloads", "W9"]);
+    assert!(!ok);
+    assert!(out.is_empty(), "nothing on stdout: {out}");
+    assert!(
+        err.contains("unknown workload") && err.contains("usage:"),
+        "{err}"
+    );
+}

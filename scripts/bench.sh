@@ -1,0 +1,22 @@
+#!/usr/bin/env bash
+# The benchmark, the one command to run: builds lock-bench in release mode and
+# runs every workload (REF, W1, W2, W3, WD) against a private redis-server,
+# with redis-server pinned to CPU 0 and the benchmark (and its W3 child
+# processes) pinned to CPU 1. Extra arguments go to lock-bench, e.g.
+#   bash scripts/bench.sh --workloads REF,W2 --duration 10
+# One JSON line per measurement on stdout; the summary with the ratios
+# against the targets on stderr. Installs redis-server first when missing.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+source scripts/ensure-redis.sh
+
+pin=()
+if [ "$(nproc)" -ge 2 ]; then
+  pin=(--redis-cpu 0 --bench-cpu 1)
+else
+  echo "bench.sh: only one CPU: running unpinned" >&2
+fi
+
+cargo build --release --locked -p lock-bench >&2
+exec cargo run --release --locked --quiet -p lock-bench -- "${pin[@]}" "$@"
