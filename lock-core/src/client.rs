@@ -37,6 +37,11 @@ pub(crate) struct Core {
     pub(crate) queues: LocalQueues,
     /// Moving average of the acquire round trip, in microseconds.
     rtt_us: AtomicU64,
+    /// State of the random draw in `race_jitter`.
+    jitter_state: AtomicU64,
+    /// Release request ids: this random prefix and a sequence number.
+    release_id_prefix: String,
+    release_seq: AtomicU64,
     error_hook: Option<ErrorHook>,
 }
 
@@ -191,14 +196,23 @@ impl Core {
     /// A random pause between zero and two acquire round trips.
     pub(crate) fn race_jitter(&self) -> Duration {
         let rtt_us = self.rtt_us.load(Ordering::Relaxed);
-        let random = uuid::Uuid::new_v4().as_u128() as u64;
+        // xorshift64: cheap, and random enough to break ties.
+        let mut x = self.jitter_state.load(Ordering::Relaxed) | 1;
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        self.jitter_state.store(x, Ordering::Relaxed);
+        let random = x;
         Duration::from_micros(random % rtt_us.saturating_mul(2).max(1))
     }
 
     /// The latch key and lifetime of one release request: the latch must
     /// outlive the last retry that can reach Redis.
     fn latch(&self, keys: &LockKeys) -> (String, u64) {
-        let request_id = uuid::Uuid::new_v4().simple().to_string();
+        // Unique across clients (random prefix) and requests (sequence),
+        // without a call into the OS's random source per release.
+        let seq = self.release_seq.fetch_add(1, Ordering::Relaxed);
+        let request_id = format!("{}:{seq}", self.release_id_prefix);
         let window = self.config.command_timeout * RELEASE_RETRY_WINDOW_FACTOR;
         let latch_ms = (window + self.config.connect_timeout + self.config.command_timeout * 2)
             .as_millis()
@@ -413,6 +427,9 @@ impl LockClient {
             scripts: Scripts::new(),
             queues: LocalQueues::default(),
             rtt_us: AtomicU64::new(1000),
+            jitter_state: AtomicU64::new(uuid::Uuid::new_v4().as_u128() as u64),
+            release_id_prefix: uuid::Uuid::new_v4().simple().to_string(),
+            release_seq: AtomicU64::new(1),
             error_hook,
             config,
         });
