@@ -1,12 +1,20 @@
 //! The connection pool: bb8 over redis-rs multiplexed connections, with
 //! connect and reply time-outs and broken-connection tracking.
 //!
+//! A multiplexed connection serves many requests at once, so a command does
+//! not keep its connection checked out while it waits for the reply: it
+//! checks one out, takes a clone (same socket), and returns it at once
+//! ([`checkout`]). Checkouts therefore never queue behind slow replies, and
+//! bb8 still owns creating, counting and dropping connections.
+//!
 //! bb8-redis's own manager never reports a connection as broken, so after a
 //! Redis restart its pool would keep handing out dead connections (or ping
 //! on every checkout, a second round trip per command). This manager marks
 //! a connection broken when a command on it fails at the I/O level, and bb8
 //! then drops it instead of returning it to the pool.
 
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use bb8_redis::bb8;
@@ -40,11 +48,12 @@ impl Manager {
     }
 }
 
-/// One pooled connection and whether a failure on it means it must go.
-#[derive(Debug)]
+/// One pooled connection (or a clone of it: same socket) and whether a
+/// failure on it means it must go; clones share that flag.
+#[derive(Clone, Debug)]
 pub(crate) struct Conn {
     inner: MultiplexedConnection,
-    broken: bool,
+    broken: Arc<AtomicBool>,
 }
 
 impl Conn {
@@ -70,9 +79,29 @@ impl Conn {
     fn note<T>(&mut self, result: &RedisResult<T>) {
         if let Err(e) = result {
             if is_connection_failure(e) {
-                self.broken = true;
+                self.broken.store(true, Ordering::Relaxed);
             }
         }
+    }
+
+    fn is_broken(&self) -> bool {
+        self.broken.load(Ordering::Relaxed)
+    }
+}
+
+/// A connection for one command: a clone of a pooled connection, whose
+/// checkout is returned before the command is sent. Broken connections
+/// met on the way are dropped from the pool.
+pub(crate) async fn checkout(pool: &Pool) -> Result<Conn, bb8::RunError<RedisError>> {
+    let mut tries = pool.state().connections as usize + 1;
+    loop {
+        let pooled = pool.get().await?;
+        if !pooled.is_broken() || tries == 0 {
+            return Ok((*pooled).clone());
+        }
+        // Returning it makes bb8 drop it (`has_broken`); take another.
+        drop(pooled);
+        tries -= 1;
     }
 }
 
@@ -91,7 +120,7 @@ impl bb8::ManageConnection for Manager {
             .await?;
         Ok(Conn {
             inner,
-            broken: false,
+            broken: Arc::new(AtomicBool::new(false)),
         })
     }
 
@@ -100,7 +129,7 @@ impl bb8::ManageConnection for Manager {
     }
 
     fn has_broken(&self, conn: &mut Conn) -> bool {
-        conn.broken
+        conn.is_broken()
     }
 }
 

@@ -320,10 +320,7 @@ impl Lock {
                 Attempt::Held { .. } => {}
             }
         } else if options.wait == Wait::Never {
-            if queues.is_held_by_other(&self.keys.lock, &owner.id) {
-                tracing::debug!("lock busy (held in this process)");
-                return Ok(None);
-            }
+            // Always asked of Redis: a local holding may be mid-release.
             return match self.attempt(&owner, options.lease, None).await? {
                 Attempt::Acquired(guard) => Ok(Some(guard)),
                 Attempt::Held { .. } => {

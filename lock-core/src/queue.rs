@@ -166,15 +166,6 @@ impl LocalQueues {
             .is_some_and(|h| &*h.owner == owner)
     }
 
-    /// Whether another owner of this client holds the lock and, as far as
-    /// this client knows, still has it.
-    pub(crate) fn is_held_by_other(&self, key: &str, owner: &str) -> bool {
-        self.locked()
-            .get(key)
-            .and_then(|s| s.holding.as_ref())
-            .is_some_and(|h| &*h.owner != owner && h.is_live())
-    }
-
     /// The epoch of `owner`'s holding, if it holds the lock.
     pub(crate) fn holding_epoch(&self, key: &str, owner: &str) -> Option<u64> {
         self.locked()
@@ -436,7 +427,7 @@ mod tests {
         let h = holding("c:1");
         q.acquired("k", h.clone(), Some(a.id));
         assert!(q.is_holder("k", "c:1"));
-        assert!(q.is_held_by_other("k", "c:2"));
+        assert!(!q.is_holder("k", "c:2"));
         assert!(matches!(q.turn("k", &b), Turn::HeldLocally { .. }));
         h.lost.cancel();
         assert!(matches!(q.turn("k", &b), Turn::Contend { .. }));

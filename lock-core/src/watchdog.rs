@@ -278,7 +278,9 @@ async fn renew_batch(
     for ((key, owner), _) in chunk {
         pipe.add_command(core.scripts.renew.evalsha(&[&**key], (lease_ms, &**owner)));
     }
-    let mut conn = core.pool.get().await.map_err(Error::from)?;
+    let mut conn = crate::connection::checkout(&core.pool)
+        .await
+        .map_err(Error::from)?;
     let mut values = conn.query_pipeline(&pipe).await?;
     if values.iter().any(is_noscript_reply) {
         // First use on this server, or the script cache was flushed.
