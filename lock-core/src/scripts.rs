@@ -54,11 +54,6 @@ pub(crate) fn is_noscript(e: &redis::RedisError) -> bool {
     e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
 }
 
-/// A pipeline reply item that says NOSCRIPT.
-pub(crate) fn is_noscript_reply(v: &Value) -> bool {
-    matches!(v, Value::ServerError(e) if e.kind() == Some(ServerErrorKind::NoScript))
-}
-
 /// The scripts of the protocol.
 #[derive(Debug)]
 pub(crate) struct Scripts {

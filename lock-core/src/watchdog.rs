@@ -4,7 +4,7 @@
 //! renewal period (a third of it), so the schedule is a FIFO queue ordered by
 //! due time. When the front is due, the watchdog takes every entry due
 //! within the next tenth of a period and renews them in pipelined batches,
-//! one batch per pooled connection, all batches at once. A renewal that
+//! one script call per batch, all batches at once. A renewal that
 //! answers 0 marks the lock lost at once; a renewal that fails is retried
 //! until the lease would have run out, and then the lock is marked lost.
 //! Several guards of one owner on one lock (re-entry) share one entry.
@@ -21,9 +21,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client::Core;
 use crate::error::Error;
-use crate::scripts::is_noscript_reply;
 
-/// Renewals per pipelined round trip.
+/// Renewals per script call (one round trip).
 const BATCH: usize = 512;
 
 /// Identifies a held lock: (lock key, owner id).
@@ -265,27 +264,34 @@ fn mark_lost(s: &mut Schedule, key: &EntryKey, why: &str) {
     }
 }
 
-/// Renews one batch in one pipelined round trip. Per entry: Some(true)
-/// renewed, Some(false) gone, None unknown (retry later).
+/// Renews one batch with one script call (one command, one round trip).
+/// Per entry: Some(true) renewed, Some(false) gone, None unknown (retry
+/// later).
+///
+/// One call touches many keys, so on a Redis Cluster a batch would have to
+/// be split by hash slot; this client speaks to a single Redis server.
 async fn renew_batch(
     core: &Core,
     chunk: &[(EntryKey, u64)],
     lease_ms: u64,
 ) -> Result<Vec<Option<bool>>, Error> {
-    let mut pipe = redis::pipe();
-    // Per-command error replies come back as values, not as one failure.
-    pipe.ignore_errors();
-    for ((key, owner), _) in chunk {
-        pipe.add_command(core.scripts.renew.evalsha(&[&**key], (lease_ms, &**owner)));
-    }
+    let script = &core.scripts.renew;
+    let keys: Vec<&str> = chunk.iter().map(|((key, _), _)| &**key).collect();
+    let owners: Vec<&str> = chunk.iter().map(|((_, owner), _)| &**owner).collect();
+    let cmd = script.evalsha(&keys, (lease_ms, owners));
     let mut conn = crate::connection::checkout(&core.pool)
         .await
         .map_err(Error::from)?;
-    let mut values = conn.query_pipeline(&pipe).await?;
-    if values.iter().any(is_noscript_reply) {
-        // First use on this server, or the script cache was flushed.
-        conn.query(&core.scripts.renew.load_cmd()).await?;
-        values = conn.query_pipeline(&pipe).await?;
+    let reply = script.run(&mut conn, &cmd).await?;
+    let Value::Array(values) = reply else {
+        return Err(Error::Protocol(format!("renew script answered {reply:?}")));
+    };
+    if values.len() != chunk.len() {
+        return Err(Error::Protocol(format!(
+            "renew script answered {} results for {} locks",
+            values.len(),
+            chunk.len()
+        )));
     }
     Ok(values
         .into_iter()

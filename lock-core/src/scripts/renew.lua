@@ -1,11 +1,18 @@
--- Extend the lease of a lock that the owner still holds.
--- KEYS[1] lock hash; ARGV[1] lease in ms, ARGV[2] owner id
--- Returns 1 when renewed, 0 when the owner no longer holds the lock.
-if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
-  -- extend only: a longer fixed lease of a re-entrant hold is kept
-  if redis.call('pttl', KEYS[1]) < tonumber(ARGV[1]) then
-    redis.call('pexpire', KEYS[1], ARGV[1])
+-- Extend the leases of many locks at once (the watchdog renews in batches).
+-- Per lock: renewed only while the owner still holds it.
+-- KEYS[i] lock hash i; ARGV[1] lease in ms, ARGV[i + 1] owner id of lock i
+-- Returns one integer per lock: 1 renewed, 0 the owner no longer holds it.
+local lease = tonumber(ARGV[1])
+local result = {}
+for i, key in ipairs(KEYS) do
+  if redis.call('hexists', key, ARGV[i + 1]) == 1 then
+    -- extend only: a longer fixed lease of a re-entrant hold is kept
+    if redis.call('pttl', key) < lease then
+      redis.call('pexpire', key, lease)
+    end
+    result[i] = 1
+  else
+    result[i] = 0
   end
-  return 1
 end
-return 0
+return result
