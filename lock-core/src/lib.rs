@@ -114,6 +114,7 @@ mod client;
 mod config;
 mod connection;
 mod context;
+mod default_client;
 mod error;
 mod guard;
 mod keys;
@@ -128,9 +129,18 @@ pub use config::{
     DEFAULT_MAX_NAME_LEN, DEFAULT_POOL_SIZE, DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE,
 };
 pub use context::{in_context, LockContext};
+pub use default_client::{default_client, install_default};
 pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use lock::{AcquireOptions, Lock};
+
+#[cfg(feature = "macros")]
+pub use lock_macros::distributed_lock;
+
+/// Support for the code `#[distributed_lock]` generates; not a public API.
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
 
 /// The README's code, compiled as a doc test so that it stays true.
 #[cfg(doctest)]

@@ -1,8 +1,15 @@
-//! `#[distributed_lock(key = "...")]` for async functions.
-//!
-//! **Not implemented yet.** This crate will provide an attribute macro that
-//! builds a lock key from a function's arguments, acquires a
-//! [`lock-core`](https://docs.rs/lock-core) lock before the body runs and
-//! releases it after the body returns, panics or is cancelled. Until then it
-//! exports nothing; use `lock_core::Lock` directly.
+//! `#[distributed_lock(key = "...")]`: docs to follow.
 #![deny(missing_docs)]
+
+mod args;
+mod expand;
+mod signature;
+mod template;
+
+use proc_macro::TokenStream;
+
+/// Takes a distributed lock around an `async fn`.
+#[proc_macro_attribute]
+pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
+    expand::distributed_lock(args.into(), item.into()).into()
+}
