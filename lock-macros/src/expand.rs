@@ -7,7 +7,7 @@
 //! `__private` module that opens a lock context when none is open,
 //! acquires, runs the body and releases.
 
-use proc_macro2::{Span, TokenStream};
+use proc_macro2::{Group, Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
@@ -54,19 +54,17 @@ fn not_a_fn(err: syn::Error, item: TokenStream) -> syn::Error {
 /// Parses the arguments, checks them against the fn, and builds the fn.
 /// Problems found in both the arguments and the fn are reported together.
 fn expand(args: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
-    let args = syn::parse2::<Args>(args);
-    let mode = signature::mode(
-        &func.sig,
-        args.as_ref().ok().and_then(|a| a.skip_if_locked.as_ref()),
-    );
-    let (args, mode) = match (args, mode) {
-        (Ok(args), Ok(mode)) => (args, mode),
-        (Err(mut a), Err(m)) => {
-            a.combine(m);
-            return Err(a);
+    let args = match syn::parse2::<Args>(args) {
+        Ok(args) => args,
+        Err(mut err) => {
+            // The return type cannot be judged without `skip_if_locked`.
+            if let Err(not_async) = signature::check_async(&func.sig) {
+                err.combine(not_async);
+            }
+            return Err(err);
         }
-        (Err(e), _) | (_, Err(e)) => return Err(e),
     };
+    let mode = signature::mode(&func.sig, args.skip_if_locked.as_ref())?;
     let key = key_expr(
         &args,
         &signature::argument_names(&func.sig),
@@ -193,14 +191,23 @@ fn build(func: &ItemFn, args: &Args, mode: Mode, key: TokenStream) -> TokenStrea
             quote!(#ty)
         }
     };
-    let runner = quote_spanned!(sig.output.span()=> #private::#runner);
+    // Spanned at the return type: an error type without
+    // `From<lock_core::Error>` is reported there.
+    let return_span = match &sig.output {
+        ReturnType::Default => sig.ident.span(),
+        ReturnType::Type(_, ty) => ty.span(),
+    };
+    let call = respan(
+        quote!(#private::#runner(__lock_handle, __lock_options, __lock_body).await),
+        return_span,
+    );
 
     quote! {
         #(#attrs)*
         #vis #sig {
             let __lock_handle = #handle;
             let __lock_options = #options;
-            #runner(__lock_handle, __lock_options, async move {
+            let __lock_body = async move {
                 #[allow(
                     unknown_lints,
                     unreachable_code,
@@ -216,10 +223,27 @@ fn build(func: &ItemFn, args: &Args, mode: Mode, key: TokenStream) -> TokenStrea
                     return __lock_return;
                 }
                 #block
-            })
-            .await
+            };
+            #call
         }
     }
+}
+
+/// Gives every token of `tokens` the span `span`.
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut tree| {
+            if let TokenTree::Group(group) = &tree {
+                let mut inner = Group::new(group.delimiter(), respan(group.stream(), span));
+                inner.set_span(span);
+                tree = TokenTree::Group(inner);
+            } else {
+                tree.set_span(span);
+            }
+            tree
+        })
+        .collect()
 }
 
 /// Replaces `impl Trait` with `_`: a `let` cannot name an opaque type.
@@ -265,7 +289,8 @@ mod tests {
             "# [inline]",
             "pub async fn buy < T : Clone > (sku : & str , qty : u32) -> Result < u32 , ShopError > where T : Send",
             ":: lock_core :: __private :: default_lock (& :: lock_core :: __private :: format ! (\"stock:{}\" , sku))",
-            ":: lock_core :: __private :: locked (__lock_handle , __lock_options , async move",
+            "let __lock_body = async move",
+            ":: lock_core :: __private :: locked (__lock_handle , __lock_options , __lock_body) . await",
             "let __lock_return : Result < u32 , ShopError > = loop { } ;",
             "{ Ok (qty) }",
         ] {

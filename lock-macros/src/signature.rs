@@ -22,7 +22,8 @@ pub(crate) enum Mode {
 enum Shape {
     Unit,
     Option,
-    /// A type whose last path segment is `Result`; the shape of its first
+    /// A type whose last path segment is `Result` or ends in it (aliases
+    /// such as `io::Result<T>` or `ShopResult<T>`); the shape of its first
     /// type argument when it has one.
     Result(Option<Inner>),
     Other,
@@ -38,10 +39,8 @@ const FAIL_HELP: &str = "return `Result<T, E>` where `E: From<lock_core::Error>`
     (lock failures then come back as `Err`)";
 const SKIP_TYPES: &str = "`()`, `Option<T>`, `Result<(), E>` or `Result<Option<T>, E>`";
 
-/// Checks that the fn is `async` and picks the [`Mode`] its return type and
-/// `skip_if_locked` call for; a combination that cannot work is an error
-/// that says what would.
-pub(crate) fn mode(sig: &Signature, skip_if_locked: Option<&Ident>) -> syn::Result<Mode> {
+/// The error for a fn that is not `async`.
+pub(crate) fn check_async(sig: &Signature) -> syn::Result<()> {
     if sig.asyncness.is_none() {
         return Err(syn::Error::new_spanned(
             sig.fn_token,
@@ -51,6 +50,14 @@ pub(crate) fn mode(sig: &Signature, skip_if_locked: Option<&Ident>) -> syn::Resu
             ),
         ));
     }
+    Ok(())
+}
+
+/// Checks that the fn is `async` and picks the [`Mode`] its return type and
+/// `skip_if_locked` call for; a combination that cannot work is an error
+/// that says what would.
+pub(crate) fn mode(sig: &Signature, skip_if_locked: Option<&Ident>) -> syn::Result<Mode> {
+    check_async(sig)?;
     let (shape, span) = match &sig.output {
         ReturnType::Default => (Shape::Unit, sig.ident.span()),
         ReturnType::Type(_, ty) => (shape_of(ty), ty.span()),
@@ -78,7 +85,8 @@ pub(crate) fn mode(sig: &Signature, skip_if_locked: Option<&Ident>) -> syn::Resu
             span,
             format!(
                 "the return type of `{name}` cannot carry a lock failure: {FAIL_HELP}, \
-                 or return `()` or `Option<T>` and add `skip_if_locked`"
+                 or return `()` or `Option<T>` and add `skip_if_locked` (an alias of `Result` \
+                 is recognised when its name ends in `Result`)"
             ),
         )),
         (Shape::Result(_) | Shape::Other, true) => {
@@ -109,7 +117,7 @@ fn shape_of(ty: &Type) -> Shape {
             };
             if last.ident == "Option" {
                 Shape::Option
-            } else if last.ident == "Result" {
+            } else if last.ident.to_string().ends_with("Result") {
                 Shape::Result(first_type_arg(&last.arguments).map(|t| match shape_of(t) {
                     Shape::Unit | Shape::Option => Inner::Skippable,
                     _ => Inner::Other,
@@ -184,6 +192,7 @@ mod tests {
             quote::quote!(async fn f() -> std::io::Result<()>),
             quote::quote!(async fn f() -> anyhow::Result<String>),
             quote::quote!(async fn f() -> crate::Result),
+            quote::quote!(async fn f() -> ShopResult<u8>),
         ] {
             assert_eq!(mode(&sig(s), None).ok(), Some(Mode::Fail));
         }
@@ -206,6 +215,10 @@ mod tests {
             ),
             (quote::quote!(async fn f() -> Result<u8, E>), None),
             (quote::quote!(async fn f() -> MyResult), None),
+            (
+                quote::quote!(async fn f() -> MyResult<Option<u8>>),
+                Some(Mode::SkipResult),
+            ),
             (quote::quote!(async fn f() -> u8), None),
         ] {
             assert_eq!(mode(&sig(s.clone()), Some(&skip)).ok(), expected, "{s}");
