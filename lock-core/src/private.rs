@@ -3,7 +3,9 @@
 //!
 //! The generated body builds the key and the lock handle, then calls one of
 //! [`locked`], [`locked_or_skip`] or [`locked_or_skip_result`] with the
-//! acquire options and the original body as a future. Each opens a lock
+//! acquire options and the original body as a future, pinned in the
+//! caller's future (`Pin<&mut _>`), so that the body's state is stored once
+//! rather than copied into every layer below. Each opens a lock
 //! context when none is open (so nested annotated calls re-enter), acquires,
 //! awaits the body and releases. A body that panics, or a future dropped
 //! mid-body, drops the guard, which releases in the background.
@@ -18,6 +20,7 @@ use crate::guard::LockGuard;
 use crate::lock::Lock;
 
 pub use crate::lock::AcquireOptions;
+pub use core::pin::pin;
 pub use core::time::Duration;
 pub use std::format;
 

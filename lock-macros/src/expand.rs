@@ -207,7 +207,9 @@ fn build(func: &ItemFn, args: &Args, mode: Mode, key: TokenStream) -> TokenStrea
         #vis #sig {
             let __lock_handle = #handle;
             let __lock_options = #options;
-            let __lock_body = async move {
+            // Pinned here, in the fn's own future: the support function gets a
+            // pointer, so the body's state is stored once, not once per layer.
+            let __lock_body = #private::pin!(async move {
                 #[allow(
                     unknown_lints,
                     unreachable_code,
@@ -223,7 +225,7 @@ fn build(func: &ItemFn, args: &Args, mode: Mode, key: TokenStream) -> TokenStrea
                     return __lock_return;
                 }
                 #block
-            };
+            });
             #call
         }
     }
@@ -289,7 +291,7 @@ mod tests {
             "# [inline]",
             "pub async fn buy < T : Clone > (sku : & str , qty : u32) -> Result < u32 , ShopError > where T : Send",
             ":: lock_core :: __private :: default_lock (& :: lock_core :: __private :: format ! (\"stock:{}\" , sku))",
-            "let __lock_body = async move",
+            "let __lock_body = :: lock_core :: __private :: pin ! (async move",
             ":: lock_core :: __private :: locked (__lock_handle , __lock_options , __lock_body) . await",
             "let __lock_return : Result < u32 , ShopError > = loop { } ;",
             "{ Ok (qty) }",
