@@ -419,4 +419,28 @@ mod tests {
         );
         assert!(out.contains("goes on an `async fn`"), "{out}");
     }
+    #[test]
+    fn odd_templates_are_errors_or_code_never_a_panic() {
+        let item = quote!(
+            async fn f(a: (u8, u8), r#type: u8) -> Result<(), E> {
+                Ok(())
+            }
+        );
+        for template in [
+            "{a.0}",
+            "{a.type}",
+            "{a.self}",
+            "{a.crate}",
+            "{a.4294967296}",
+            "{type}",
+            "{r#type}",
+            "{a.0.1.2}",
+            "{{}}",
+            "}}{{",
+            "{{{a}}}",
+        ] {
+            let lit = syn::LitStr::new(template, Span::call_site());
+            let _ = expand_str(quote!(key = #lit), item.clone());
+        }
+    }
 }

@@ -117,7 +117,7 @@ fn parse_path(inner: &str) -> Result<Vec<String>, String> {
         let ok = if i == 0 {
             is_identifier(part)
         } else {
-            is_identifier(part) || (!part.is_empty() && part.bytes().all(|b| b.is_ascii_digit()))
+            is_identifier(part) || is_tuple_index(part)
         };
         if !ok {
             return Err(format!(
@@ -127,6 +127,13 @@ fn parse_path(inner: &str) -> Result<Vec<String>, String> {
         }
     }
     Ok(parts)
+}
+
+/// `0`, `1`, ... as a tuple field: no sign, no leading zero, fits a `u32`.
+fn is_tuple_index(s: &str) -> bool {
+    s.bytes().all(|b| b.is_ascii_digit())
+        && (s == "0" || !s.starts_with('0'))
+        && s.parse::<u32>().is_ok()
 }
 
 fn is_identifier(s: &str) -> bool {
@@ -179,7 +186,24 @@ mod tests {
     #[test]
     fn malformed_templates_are_errors() {
         for bad in [
-            "", "{", "a}", "{}", "{ }", "{a.}", "{.a}", "{a:?}", "{0}", "{a-b}", "{a", "{_}",
+            "",
+            "{",
+            "a}",
+            "{}",
+            "{ }",
+            "{a.}",
+            "{.a}",
+            "{a:?}",
+            "{0}",
+            "{a-b}",
+            "{a",
+            "{_}",
+            "{a.01}",
+            "{a.99999999999}",
+            "{a.-1}",
+            "{r#type}",
+            "{a.b c}",
+            "{é}",
         ] {
             assert!(parse_segments(bad).is_err(), "{bad:?}");
         }
