@@ -2,10 +2,10 @@
 //!
 //! The signature is kept as written; only the body is replaced. The new
 //! body builds the key from the arguments, makes the lock handle (both
-//! before anything is awaited), then hands the original body, as an
-//! `async move` block, to a support function of lock-core's hidden
-//! `__private` module that opens a lock context when none is open,
-//! acquires, runs the body and releases.
+//! before anything is awaited), pins the original body as an `async move`
+//! block in the fn's own future, and hands it to a support function of
+//! lock-core's hidden `__private` module that opens a lock context when
+//! none is open, acquires, runs the body and releases.
 
 use proc_macro2::{Group, Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned};
@@ -64,13 +64,17 @@ fn expand(args: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
             return Err(err);
         }
     };
-    let mode = signature::mode(&func.sig, args.skip_if_locked.as_ref())?;
-    let key = key_expr(
-        &args,
-        &signature::argument_names(&func.sig),
-        &func.sig.ident,
-    )?;
-    Ok(build(func, &args, mode, key))
+    let mode = signature::mode(&func.sig, args.skip_if_locked.as_ref());
+    let names = signature::argument_names(&func.sig);
+    let key = key_expr(&args, &names, &func.sig.ident);
+    match (mode, key) {
+        (Ok(mode), Ok(key)) => Ok(build(func, &args, mode, key)),
+        (Err(mut err), Err(key_err)) => {
+            err.combine(key_err);
+            Err(err)
+        }
+        (Err(err), _) | (_, Err(err)) => Err(err),
+    }
 }
 
 /// The expression that builds the key: a string literal when the template
