@@ -87,6 +87,15 @@ pub enum Error {
     /// example a key of another type at the lock's name).
     #[error("unexpected reply from redis: {0}")]
     Protocol(String),
+
+    /// No client to lock with: [`default_client`](crate::default_client)
+    /// was asked for (by `#[distributed_lock]` without `client = ...`)
+    /// before [`install_default`](crate::install_default) was called.
+    #[error(
+        "no default lock client installed: call lock_core::install_default(client) at startup, \
+         or give #[distributed_lock] a `client = ...`"
+    )]
+    NoDefaultClient,
 }
 
 impl Error {
@@ -144,6 +153,17 @@ impl Error {
         )
     }
 
+    /// No default client was installed (see
+    /// [`install_default`](crate::install_default)).
+    ///
+    /// ```
+    /// # use lock_core::Error;
+    /// assert!(Error::NoDefaultClient.is_no_default_client());
+    /// ```
+    pub fn is_no_default_client(&self) -> bool {
+        matches!(self, Error::NoDefaultClient)
+    }
+
     /// True for failures worth retrying on another connection: I/O errors,
     /// dropped connections, time-outs.
     pub(crate) fn is_transient(&self) -> bool {
@@ -197,8 +217,9 @@ mod tests {
             Error::Lost { name: "a".into() },
             Error::InvalidName { reason: "x".into() },
             Error::PoolTimeout,
+            Error::NoDefaultClient,
         ];
-        let flags: Vec<[bool; 5]> = all
+        let flags: Vec<[bool; 6]> = all
             .iter()
             .map(|e| {
                 [
@@ -207,6 +228,7 @@ mod tests {
                     e.is_lost(),
                     e.is_invalid_input(),
                     e.is_redis(),
+                    e.is_no_default_client(),
                 ]
             })
             .collect();

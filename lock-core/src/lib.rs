@@ -42,6 +42,66 @@
 //!   was taken away.
 //! - **Fencing tokens** ([`LockGuard::fencing_token`]): a per-lock counter
 //!   that grows with every new holder.
+//! - **A process-wide default client** ([`install_default`],
+//!   [`default_client`]) for code that does not pass one around, such as
+//!   the `#[distributed_lock]` attribute.
+//!
+//! # The `#[distributed_lock]` attribute (feature `macros`)
+//!
+//! With `features = ["macros"]`, `lock_core::distributed_lock` takes a lock
+//! around an `async fn`: the key is built from the arguments, the lock is
+//! acquired before the body runs and released when it returns, returns
+//! early, panics or is cancelled. Nested annotated calls in one task
+//! re-enter. Options: `key` (required), `wait`, `lease`, `client`,
+//! `skip_if_locked`, `crate`; the attribute's own docs show each of them.
+//! Fns without `client = ...` use the client installed with
+//! [`install_default`].
+//!
+//! ```no_run
+//! # #[cfg(feature = "macros")]
+//! # mod demo {
+//! use lock_core::{distributed_lock, LockClient};
+//!
+//! #[derive(Debug)]
+//! pub enum ShopError {
+//!     Lock(lock_core::Error),
+//!     OutOfStock,
+//! }
+//!
+//! impl From<lock_core::Error> for ShopError {
+//!     fn from(err: lock_core::Error) -> Self {
+//!         ShopError::Lock(err) // lock failures arrive as Err(ShopError::Lock(..))
+//!     }
+//! }
+//!
+//! #[distributed_lock(key = "stock:{sku}")]
+//! async fn buy(sku: &str, qty: u32) -> Result<u32, ShopError> {
+//!     if qty > 10 {
+//!         return Err(ShopError::OutOfStock);
+//!     }
+//!     Ok(qty)
+//! }
+//!
+//! // wait at most 5 s, a fixed 30 s lease, an explicit client, a field path
+//! #[distributed_lock(key = "order:{order.0}", wait = "5s", lease = "30s", client = client)]
+//! async fn pay(client: &LockClient, order: (u64, &str)) -> Result<(), ShopError> {
+//!     Ok(())
+//! }
+//!
+//! // one replica runs it, the others skip (ShedLock-style)
+//! #[distributed_lock(key = "nightly-report", skip_if_locked)]
+//! async fn nightly_report() {}
+//!
+//! #[tokio::main]
+//! async fn main() -> lock_core::Result<()> {
+//!     lock_core::install_default(LockClient::connect("redis://127.0.0.1:6379").await?)?;
+//!     let _ = buy("sku-42", 1).await;
+//!     nightly_report().await;
+//!     Ok(())
+//! }
+//! # }
+//! # fn main() {}
+//! ```
 //!
 //! # Mapping from Redisson
 //!
@@ -130,6 +190,7 @@ mod client;
 mod config;
 mod connection;
 mod context;
+mod default_client;
 mod error;
 mod guard;
 mod keys;
@@ -145,9 +206,19 @@ pub use config::{
     DEFAULT_MAX_NAME_LEN, DEFAULT_POOL_SIZE, DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE,
 };
 pub use context::{in_context, LockContext};
+pub use default_client::{default_client, install_default};
 pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use lock::{AcquireOptions, Lock};
+
+/// Takes a distributed lock around an `async fn` (feature `macros`).
+#[cfg(feature = "macros")]
+pub use lock_macros::distributed_lock;
+
+/// Support for the code `#[distributed_lock]` generates; not a public API.
+#[doc(hidden)]
+#[path = "private.rs"]
+pub mod __private;
 
 /// The README's code, compiled as a doc test so that it stays true.
 #[cfg(doctest)]

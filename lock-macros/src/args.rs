@@ -1,0 +1,257 @@
+//! The attribute's arguments: `key = "..."`, `wait = "5s"`, `lease = "30s"`,
+//! `client = <expr>`, `skip_if_locked`, `crate = "path"`.
+
+use proc_macro2::Span;
+use syn::ext::IdentExt;
+use syn::parse::{Parse, ParseStream};
+use syn::{Expr, Ident, LitStr, Path, Token};
+
+use crate::template::KeyTemplate;
+
+/// Every option the attribute takes, in the order the docs list them.
+const OPTIONS: &str = "`key`, `wait`, `lease`, `client`, `skip_if_locked`, `crate`";
+
+/// The longest lease lock-core accepts (365 days), in milliseconds.
+const MAX_LEASE_MS: u64 = 365 * 24 * 60 * 60 * 1000;
+
+/// A duration written as a string literal, checked at compile time.
+#[derive(Debug, Clone)]
+pub(crate) struct DurationArg {
+    pub(crate) millis: u64,
+    pub(crate) lit: LitStr,
+}
+
+/// The parsed arguments of one `#[distributed_lock(...)]`.
+#[derive(Debug)]
+pub(crate) struct Args {
+    pub(crate) key: KeyTemplate,
+    pub(crate) wait: Option<DurationArg>,
+    pub(crate) lease: Option<DurationArg>,
+    pub(crate) client: Option<Expr>,
+    /// The `skip_if_locked` token, when given.
+    pub(crate) skip_if_locked: Option<Ident>,
+    /// The path to lock-core (`::lock_core` unless `crate = "..."`).
+    pub(crate) krate: Path,
+}
+
+/// The options as they are read, before `key` is known to be there.
+#[derive(Default)]
+struct Partial {
+    key: Option<KeyTemplate>,
+    wait: Option<DurationArg>,
+    lease: Option<DurationArg>,
+    client: Option<Expr>,
+    skip_if_locked: Option<Ident>,
+    krate: Option<Path>,
+}
+
+impl Parse for Args {
+    fn parse(input: ParseStream<'_>) -> syn::Result<Self> {
+        let mut partial = Partial::default();
+        while !input.is_empty() {
+            // `crate` is a keyword: accept any identifier, keywords included.
+            let name = input.call(Ident::parse_any)?;
+            match name.to_string().as_str() {
+                "key" => {
+                    let lit = value::<LitStr>(input)?;
+                    set_once(&mut partial.key, KeyTemplate::parse(&lit)?, &name)?;
+                }
+                "wait" => {
+                    let d = duration(&value::<LitStr>(input)?, "wait")?;
+                    set_once(&mut partial.wait, d, &name)?;
+                }
+                "lease" => {
+                    let d = duration(&value::<LitStr>(input)?, "lease")?;
+                    if d.millis > MAX_LEASE_MS {
+                        return Err(syn::Error::new_spanned(
+                            &d.lit,
+                            "`lease` must be at most 365 days",
+                        ));
+                    }
+                    set_once(&mut partial.lease, d, &name)?;
+                }
+                "client" => {
+                    let expr = value::<Expr>(input)?;
+                    set_once(&mut partial.client, expr, &name)?;
+                }
+                "skip_if_locked" => {
+                    if input.peek(Token![=]) {
+                        return Err(syn::Error::new_spanned(
+                            &name,
+                            "`skip_if_locked` takes no value: write `skip_if_locked` alone",
+                        ));
+                    }
+                    set_once(&mut partial.skip_if_locked, name.clone(), &name)?;
+                }
+                "crate" => {
+                    let lit = value::<LitStr>(input)?;
+                    let path = lit.parse_with(Path::parse_mod_style).map_err(|_| {
+                        syn::Error::new_spanned(
+                            &lit,
+                            "`crate` must be a path to lock-core, like \"::my_app::lock_core\"",
+                        )
+                    })?;
+                    set_once(&mut partial.krate, path, &name)?;
+                }
+                _ => {
+                    return Err(syn::Error::new_spanned(
+                        &name,
+                        format!("unknown option `{name}`; valid options: {OPTIONS}"),
+                    ))
+                }
+            }
+            if input.is_empty() {
+                break;
+            }
+            input.parse::<Token![,]>()?;
+        }
+        let Some(key) = partial.key else {
+            return Err(syn::Error::new(
+                Span::call_site(),
+                "missing `key`: write #[distributed_lock(key = \"orders:{order_id}\")]",
+            ));
+        };
+        Ok(Args {
+            key,
+            wait: partial.wait,
+            lease: partial.lease,
+            client: partial.client,
+            skip_if_locked: partial.skip_if_locked,
+            krate: partial
+                .krate
+                .unwrap_or_else(|| syn::parse_quote!(::lock_core)),
+        })
+    }
+}
+
+/// Parses `= <value>` after an option's name.
+fn value<T: Parse>(input: ParseStream<'_>) -> syn::Result<T> {
+    input.parse::<Token![=]>()?;
+    input.parse()
+}
+
+/// Stores an option's value; a second occurrence is an error on its name.
+fn set_once<T>(slot: &mut Option<T>, value: T, name: &Ident) -> syn::Result<()> {
+    if slot.is_some() {
+        return Err(syn::Error::new_spanned(
+            name,
+            format!("duplicate option `{name}`"),
+        ));
+    }
+    *slot = Some(value);
+    Ok(())
+}
+
+/// Parses `"250ms"`, `"5s"`, `"2m"` or `"1h"`; zero is rejected.
+fn duration(lit: &LitStr, option: &str) -> syn::Result<DurationArg> {
+    let text = lit.value();
+    let invalid = || {
+        syn::Error::new_spanned(
+            lit,
+            format!(
+                "invalid duration {text:?} for `{option}`: write a whole number and a unit \
+                 (ms, s, m or h), like \"250ms\", \"5s\", \"2m\" or \"1h\""
+            ),
+        )
+    };
+    let digits_end = text
+        .find(|c: char| !c.is_ascii_digit())
+        .ok_or_else(invalid)?;
+    let (digits, unit) = text.split_at(digits_end);
+    let number: u64 = digits.parse().map_err(|_| invalid())?;
+    let factor: u64 = match unit {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        _ => return Err(invalid()),
+    };
+    let millis = number.checked_mul(factor).ok_or_else(invalid)?;
+    if millis == 0 {
+        let hint = if option == "wait" {
+            " (with `skip_if_locked`, leave `wait` out to try once)"
+        } else {
+            ""
+        };
+        return Err(syn::Error::new_spanned(
+            lit,
+            format!("`{option}` must be greater than zero{hint}"),
+        ));
+    }
+    Ok(DurationArg {
+        millis,
+        lit: lit.clone(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(tokens: proc_macro2::TokenStream) -> syn::Result<Args> {
+        syn::parse2(tokens)
+    }
+
+    fn err(tokens: proc_macro2::TokenStream) -> String {
+        match parse(tokens) {
+            Ok(args) => panic!("expected an error, got {args:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn parses_every_option() {
+        let args = parse(quote::quote!(
+            key = "a:{id}",
+            wait = "250ms",
+            lease = "2m",
+            client = self.locks.clone(),
+            skip_if_locked,
+            crate = "::facade::locks",
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(args.wait.map(|d| d.millis), Some(250));
+        assert_eq!(args.lease.map(|d| d.millis), Some(120_000));
+        assert!(args.client.is_some());
+        assert!(args.skip_if_locked.is_some());
+        let krate = &args.krate;
+        assert_eq!(quote::quote!(#krate).to_string(), ":: facade :: locks");
+    }
+
+    #[test]
+    fn durations_in_every_unit() {
+        for (text, millis) in [
+            ("7ms", 7),
+            ("5s", 5_000),
+            ("2m", 120_000),
+            ("1h", 3_600_000),
+        ] {
+            let lit = LitStr::new(text, Span::call_site());
+            assert_eq!(duration(&lit, "wait").map(|d| d.millis).ok(), Some(millis));
+        }
+        for bad in [
+            "",
+            "5",
+            "s",
+            "5 s",
+            "5sec",
+            "-1s",
+            "1.5s",
+            "99999999999999999999h",
+        ] {
+            let lit = LitStr::new(bad, Span::call_site());
+            assert!(duration(&lit, "wait").is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn rejects_misuse_with_a_clear_message() {
+        assert!(err(quote::quote!()).contains("missing `key`"));
+        assert!(err(quote::quote!(key = "a", key = "b")).contains("duplicate option `key`"));
+        assert!(err(quote::quote!(key = "a", timeout = "1s")).contains("valid options: `key`"));
+        assert!(err(quote::quote!(key = "a", wait = "0s")).contains("greater than zero"));
+        assert!(err(quote::quote!(key = "a", lease = "9000h")).contains("at most 365 days"));
+        assert!(err(quote::quote!(key = "a", skip_if_locked = true)).contains("takes no value"));
+        assert!(err(quote::quote!(key = "a", crate = "not a path")).contains("path to lock-core"));
+    }
+}

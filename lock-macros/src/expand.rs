@@ -1,0 +1,450 @@
+//! The expansion: the annotated fn with its body wrapped in a lock.
+//!
+//! The signature is kept as written; only the body is replaced. The new
+//! body builds the key from the arguments, makes the lock handle (both
+//! before anything is awaited), pins the original body as an `async move`
+//! block in the fn's own future, and hands it to a support function of
+//! lock-core's hidden `__private` module that opens a lock context when
+//! none is open, acquires, runs the body and releases.
+
+use proc_macro2::{Group, Span, TokenStream, TokenTree};
+use quote::{quote, quote_spanned};
+use syn::spanned::Spanned;
+use syn::visit_mut::VisitMut;
+use syn::{Ident, ItemFn, ReturnType, TraitItemFn, Type};
+
+use crate::args::Args;
+use crate::signature::{self, Mode};
+use crate::template::{KeyTemplate, Segment};
+
+/// Expands `#[distributed_lock(args)] item`. Never panics: a misuse is a
+/// compile error emitted together with the unchanged item, so that the rest
+/// of the code (and the editor) still sees the fn.
+pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
+    let func = match syn::parse2::<ItemFn>(item.clone()) {
+        Ok(func) => func,
+        Err(err) => return with_item(not_a_fn(err, item.clone()), item),
+    };
+    match expand(args, &func) {
+        Ok(tokens) => tokens,
+        Err(err) => with_item(err, item),
+    }
+}
+
+fn with_item(err: syn::Error, item: TokenStream) -> TokenStream {
+    let err = err.to_compile_error();
+    quote!(#err #item)
+}
+
+/// The error for an item that is not a fn with a body.
+fn not_a_fn(err: syn::Error, item: TokenStream) -> syn::Error {
+    match syn::parse2::<TraitItemFn>(item) {
+        Ok(decl) if decl.default.is_none() => syn::Error::new_spanned(
+            &decl.sig.ident,
+            "#[distributed_lock] needs a fn body: put it on the method in the impl block, \
+             not on the trait's declaration",
+        ),
+        _ => syn::Error::new(
+            err.span(),
+            format!("#[distributed_lock] goes on an `async fn`: {err}"),
+        ),
+    }
+}
+
+/// Parses the arguments, checks them against the fn, and builds the fn.
+/// Problems found in both the arguments and the fn are reported together.
+fn expand(args: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
+    let args = match syn::parse2::<Args>(args) {
+        Ok(args) => args,
+        Err(mut err) => {
+            // The return type cannot be judged without `skip_if_locked`.
+            if let Err(not_async) = signature::check_async(&func.sig) {
+                err.combine(not_async);
+            }
+            return Err(err);
+        }
+    };
+    let mode = signature::mode(&func.sig, args.skip_if_locked.as_ref());
+    let names = signature::argument_names(&func.sig);
+    let key = key_expr(&args, &names, &func.sig.ident);
+    match (mode, key) {
+        (Ok(mode), Ok(key)) => Ok(build(func, &args, mode, key)),
+        (Err(mut err), Err(key_err)) => {
+            err.combine(key_err);
+            Err(err)
+        }
+        (Err(err), _) | (_, Err(err)) => Err(err),
+    }
+}
+
+/// The expression that builds the key: a string literal when the template
+/// has no placeholders, else a `format!` of the arguments (`Display`),
+/// spanned at the template so that type errors point at it.
+fn key_expr(args: &Args, names: &[String], fn_name: &Ident) -> syn::Result<TokenStream> {
+    let template: &KeyTemplate = &args.key;
+    let lit = &template.lit;
+    let span = lit.span();
+    let mut values = Vec::new();
+    for path in template.fields() {
+        let Some(first) = path.first() else { continue };
+        if !names.iter().any(|n| n == first) {
+            let known = if names.is_empty() {
+                format!("`{fn_name}` has no arguments")
+            } else {
+                format!(
+                    "the arguments of `{fn_name}` are {}",
+                    names
+                        .iter()
+                        .map(|n| format!("`{n}`"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            };
+            return Err(syn::Error::new_spanned(
+                lit,
+                format!("unknown name `{first}` in the key template: {known}"),
+            ));
+        }
+        values.push(field_access(path, span));
+    }
+    let private = private_path(args);
+    if values.is_empty() {
+        let text: String = template
+            .segments
+            .iter()
+            .map(|s| match s {
+                Segment::Text(t) => t.as_str(),
+                Segment::Field(_) => "",
+            })
+            .collect();
+        return Ok(quote_spanned!(span=> #text));
+    }
+    let format = template.format_string();
+    Ok(quote_spanned!(span=> &#private::format!(#format, #(#values),*)))
+}
+
+/// `order.id` as tokens: the argument (or `self`), then each field.
+fn field_access(path: &[String], span: Span) -> TokenStream {
+    let mut tokens = TokenStream::new();
+    for (i, part) in path.iter().enumerate() {
+        if i > 0 {
+            tokens.extend(quote_spanned!(span=> .));
+        }
+        if let Ok(index) = part.parse::<u32>() {
+            let index = syn::Index { index, span };
+            tokens.extend(quote!(#index));
+        } else if part == "self" {
+            tokens.extend(quote_spanned!(span=> self));
+        } else {
+            let ident = Ident::new(part, span);
+            tokens.extend(quote!(#ident));
+        }
+    }
+    tokens
+}
+
+fn private_path(args: &Args) -> TokenStream {
+    let krate = &args.krate;
+    quote!(#krate::__private)
+}
+
+/// The fn with its new body.
+fn build(func: &ItemFn, args: &Args, mode: Mode, key: TokenStream) -> TokenStream {
+    let private = private_path(args);
+    let ItemFn {
+        attrs,
+        vis,
+        sig,
+        block,
+    } = func;
+
+    let handle = match &args.client {
+        Some(client) => {
+            let client = quote_spanned!(client.span()=> &(#client));
+            quote!(#private::client_lock(#client, #key))
+        }
+        None => quote!(#private::default_lock(#key)),
+    };
+
+    let mut options = quote!(#private::AcquireOptions::new());
+    match (&args.wait, &args.skip_if_locked) {
+        (Some(wait), _) => {
+            let ms = wait.millis;
+            options = quote!(#options.wait(#private::Duration::from_millis(#ms)));
+        }
+        (None, Some(_)) => options = quote!(#options.no_wait()),
+        (None, None) => {}
+    }
+    if let Some(lease) = &args.lease {
+        let ms = lease.millis;
+        options = quote!(#options.lease(#private::Duration::from_millis(#ms)));
+    }
+
+    let runner = match mode {
+        Mode::Fail => quote!(locked),
+        Mode::Skip => quote!(locked_or_skip),
+        Mode::SkipResult => quote!(locked_or_skip_result),
+    };
+    // Tells type inference what the body returns, so that `?` and `return`
+    // inside the `async move` block convert to the fn's return type.
+    let output = match &sig.output {
+        ReturnType::Default => quote!(()),
+        ReturnType::Type(_, ty) => {
+            let mut ty = (**ty).clone();
+            InferImplTrait.visit_type_mut(&mut ty);
+            quote!(#ty)
+        }
+    };
+    // Spanned at the return type: an error type without
+    // `From<lock_core::Error>` is reported there.
+    let return_span = match &sig.output {
+        ReturnType::Default => sig.ident.span(),
+        ReturnType::Type(_, ty) => ty.span(),
+    };
+    let call = respan(
+        quote!(#private::#runner(__lock_handle, __lock_options, __lock_body).await),
+        return_span,
+    );
+
+    quote! {
+        #(#attrs)*
+        #vis #sig {
+            let __lock_handle = #handle;
+            let __lock_options = #options;
+            // Pinned here, in the fn's own future: the support function gets a
+            // pointer, so the body's state is stored once, not once per layer.
+            let __lock_body = #private::pin!(async move {
+                #[allow(
+                    unknown_lints,
+                    unreachable_code,
+                    clippy::diverging_sub_expression,
+                    clippy::empty_loop,
+                    clippy::let_unit_value,
+                    clippy::let_with_type_underscore,
+                    clippy::needless_return,
+                    clippy::unreachable
+                )]
+                if false {
+                    let __lock_return: #output = loop {};
+                    return __lock_return;
+                }
+                #block
+            });
+            #call
+        }
+    }
+}
+
+/// Gives every token of `tokens` the span `span`.
+fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+    tokens
+        .into_iter()
+        .map(|mut tree| {
+            if let TokenTree::Group(group) = &tree {
+                let mut inner = Group::new(group.delimiter(), respan(group.stream(), span));
+                inner.set_span(span);
+                tree = TokenTree::Group(inner);
+            } else {
+                tree.set_span(span);
+            }
+            tree
+        })
+        .collect()
+}
+
+/// Replaces `impl Trait` with `_`: a `let` cannot name an opaque type.
+struct InferImplTrait;
+
+impl VisitMut for InferImplTrait {
+    fn visit_type_mut(&mut self, ty: &mut Type) {
+        if let Type::ImplTrait(impl_trait) = ty {
+            *ty = Type::Infer(syn::TypeInfer {
+                underscore_token: syn::Token![_](impl_trait.span()),
+            });
+            return;
+        }
+        syn::visit_mut::visit_type_mut(self, ty);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn expand_str(args: TokenStream, item: TokenStream) -> String {
+        distributed_lock(args, item).to_string()
+    }
+
+    #[test]
+    fn keeps_the_signature_and_wraps_the_body() {
+        let out = expand_str(
+            quote!(key = "stock:{sku}"),
+            quote!(
+                /// Buys.
+                #[inline]
+                pub async fn buy<T: Clone>(sku: &str, qty: u32) -> Result<u32, ShopError>
+                where
+                    T: Send,
+                {
+                    Ok(qty)
+                }
+            ),
+        );
+        for part in [
+            "# [doc = r\" Buys.\"]",
+            "# [inline]",
+            "pub async fn buy < T : Clone > (sku : & str , qty : u32) -> Result < u32 , ShopError > where T : Send",
+            ":: lock_core :: __private :: default_lock (& :: lock_core :: __private :: format ! (\"stock:{}\" , sku))",
+            "let __lock_body = :: lock_core :: __private :: pin ! (async move",
+            ":: lock_core :: __private :: locked (__lock_handle , __lock_options , __lock_body) . await",
+            "let __lock_return : Result < u32 , ShopError > = loop { } ;",
+            "{ Ok (qty) }",
+        ] {
+            assert!(out.contains(part), "missing `{part}` in\n{out}");
+        }
+        assert!(!out.contains("compile_error"), "{out}");
+    }
+
+    #[test]
+    fn options_become_acquire_options() {
+        let out = expand_str(
+            quote!(
+                key = "order:{order.id}:{self.shop}",
+                wait = "5s",
+                lease = "30s",
+                client = self.locks.clone(),
+                crate = "::facade::locks"
+            ),
+            quote!(
+                async fn pay(&self, order: &Order) -> Result<(), PayError> {
+                    Ok(())
+                }
+            ),
+        );
+        for part in [
+            ":: facade :: locks :: __private :: client_lock (& (self . locks . clone ())",
+            "format ! (\"order:{}:{}\" , order . id , self . shop)",
+            "AcquireOptions :: new () . wait (:: facade :: locks :: __private :: Duration :: from_millis (5000u64)) . lease (:: facade :: locks :: __private :: Duration :: from_millis (30000u64))",
+        ] {
+            assert!(out.contains(part), "missing `{part}` in\n{out}");
+        }
+    }
+
+    #[test]
+    fn skip_if_locked_tries_once_unless_told_to_wait() {
+        let out = expand_str(
+            quote!(key = "nightly-report", skip_if_locked),
+            quote!(
+                async fn nightly() {}
+            ),
+        );
+        assert!(out.contains("default_lock (\"nightly-report\")"), "{out}");
+        assert!(
+            out.contains("AcquireOptions :: new () . no_wait ()"),
+            "{out}"
+        );
+        assert!(out.contains("locked_or_skip (__lock_handle"), "{out}");
+        let out = expand_str(
+            quote!(key = "n", skip_if_locked, wait = "250ms"),
+            quote!(
+                async fn nightly() -> Result<Option<u8>, E> {
+                    Ok(None)
+                }
+            ),
+        );
+        assert!(
+            out.contains(". wait (:: lock_core :: __private :: Duration :: from_millis (250u64))"),
+            "{out}"
+        );
+        assert!(
+            out.contains("locked_or_skip_result (__lock_handle"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn impl_trait_in_the_return_type_is_inferred() {
+        let out = expand_str(
+            quote!(key = "k"),
+            quote!(
+                async fn f() -> Result<impl Display, E> {
+                    Ok(1)
+                }
+            ),
+        );
+        assert!(
+            out.contains("let __lock_return : Result < _ , E >"),
+            "{out}"
+        );
+    }
+
+    #[test]
+    fn errors_come_with_the_unchanged_item() {
+        let item = quote!(
+            fn not_async() -> Result<(), E> {
+                Ok(())
+            }
+        );
+        let out = expand_str(quote!(key = "k", wait = "soon"), item.clone());
+        assert!(out.contains("compile_error"), "{out}");
+        assert!(out.contains("invalid duration"), "{out}");
+        assert!(out.contains("make `not_async` async"), "{out}");
+        assert!(out.ends_with(&item.to_string()), "{out}");
+
+        let out = expand_str(
+            quote!(key = "{nope}"),
+            quote!(
+                async fn f(a: u8) -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        assert!(
+            out.contains("unknown name `nope` in the key template: the arguments of `f` are `a`"),
+            "{out}"
+        );
+
+        let out = expand_str(
+            quote!(key = "k"),
+            quote!(
+                async fn declared(&self) -> Result<(), E>;
+            ),
+        );
+        assert!(
+            out.contains("put it on the method in the impl block"),
+            "{out}"
+        );
+
+        let out = expand_str(
+            quote!(key = "k"),
+            quote!(
+                struct NotAFn;
+            ),
+        );
+        assert!(out.contains("goes on an `async fn`"), "{out}");
+    }
+    #[test]
+    fn odd_templates_are_errors_or_code_never_a_panic() {
+        let item = quote!(
+            async fn f(a: (u8, u8), r#type: u8) -> Result<(), E> {
+                Ok(())
+            }
+        );
+        for template in [
+            "{a.0}",
+            "{a.type}",
+            "{a.self}",
+            "{a.crate}",
+            "{a.4294967296}",
+            "{type}",
+            "{r#type}",
+            "{a.0.1.2}",
+            "{{}}",
+            "}}{{",
+            "{{{a}}}",
+        ] {
+            let lit = syn::LitStr::new(template, Span::call_site());
+            let _ = expand_str(quote!(key = #lit), item.clone());
+        }
+    }
+}

@@ -1,0 +1,246 @@
+//! What the annotated fn's signature allows: how a lock failure gets back to
+//! the caller (from the return type), and which names a key may use.
+
+use syn::spanned::Spanned;
+use syn::{FnArg, GenericArgument, Ident, Pat, PathArguments, ReturnType, Signature, Type};
+
+/// How the generated code reports that the lock was not taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mode {
+    /// `Result<T, E>`: lock failures come back as `Err(E::from(err))`.
+    Fail,
+    /// `()` / `Option<T>` with `skip_if_locked`: the body is skipped and the
+    /// fn returns `()` / `None`.
+    Skip,
+    /// `Result<(), E>` / `Result<Option<T>, E>` with `skip_if_locked`: a
+    /// busy lock returns `Ok(())` / `Ok(None)`, other failures `Err`.
+    SkipResult,
+}
+
+/// The return type's shape, as far as the syntax tells.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Shape {
+    Unit,
+    Option,
+    /// A type whose last path segment is `Result` or ends in it (aliases
+    /// such as `io::Result<T>` or `ShopResult<T>`); the shape of its first
+    /// type argument when it has one.
+    Result(Option<Inner>),
+    Other,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Inner {
+    Skippable,
+    Other,
+}
+
+const FAIL_HELP: &str = "return `Result<T, E>` where `E: From<lock_core::Error>` \
+    (lock failures then come back as `Err`)";
+const SKIP_TYPES: &str = "`()`, `Option<T>`, `Result<(), E>` or `Result<Option<T>, E>`";
+
+/// The error for a fn that is not `async`.
+pub(crate) fn check_async(sig: &Signature) -> syn::Result<()> {
+    if sig.asyncness.is_none() {
+        return Err(syn::Error::new_spanned(
+            sig.fn_token,
+            format!(
+                "#[distributed_lock] works on `async fn` only: make `{}` async",
+                sig.ident
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks that the fn is `async` and picks the [`Mode`] its return type and
+/// `skip_if_locked` call for; a combination that cannot work is an error
+/// that says what would.
+pub(crate) fn mode(sig: &Signature, skip_if_locked: Option<&Ident>) -> syn::Result<Mode> {
+    check_async(sig)?;
+    let (shape, span) = match &sig.output {
+        ReturnType::Default => (Shape::Unit, sig.ident.span()),
+        ReturnType::Type(_, ty) => (shape_of(ty), ty.span()),
+    };
+    let name = &sig.ident;
+    match (shape, skip_if_locked.is_some()) {
+        (Shape::Result(_), false) => Ok(Mode::Fail),
+        (Shape::Result(Some(Inner::Skippable)), true) => Ok(Mode::SkipResult),
+        (Shape::Unit | Shape::Option, true) => Ok(Mode::Skip),
+        (Shape::Unit | Shape::Option, false) => {
+            let what = if shape == Shape::Unit {
+                "`()`"
+            } else {
+                "`Option<T>`"
+            };
+            Err(syn::Error::new(
+                span,
+                format!(
+                    "`{name}` returns {what}, which cannot carry a lock failure: {FAIL_HELP}, \
+                     or add `skip_if_locked` to skip the body when the lock is held elsewhere"
+                ),
+            ))
+        }
+        (Shape::Other, false) => Err(syn::Error::new(
+            span,
+            format!(
+                "the return type of `{name}` cannot carry a lock failure: {FAIL_HELP}, \
+                 or return `()` or `Option<T>` and add `skip_if_locked` (an alias of `Result` \
+                 is recognised when its name ends in `Result`)"
+            ),
+        )),
+        (Shape::Result(_) | Shape::Other, true) => {
+            let drop_skip = if matches!(shape, Shape::Result(_)) {
+                "; or remove `skip_if_locked` to wait for the lock and get lock failures as `Err`"
+            } else {
+                ""
+            };
+            Err(syn::Error::new(
+                span,
+                format!(
+                    "`skip_if_locked` needs a return type with a value for a skipped call: \
+                     {SKIP_TYPES}{drop_skip}"
+                ),
+            ))
+        }
+    }
+}
+
+fn shape_of(ty: &Type) -> Shape {
+    match ty {
+        Type::Paren(inner) => shape_of(&inner.elem),
+        Type::Group(inner) => shape_of(&inner.elem),
+        Type::Tuple(tuple) if tuple.elems.is_empty() => Shape::Unit,
+        Type::Path(path) if path.qself.is_none() => {
+            let Some(last) = path.path.segments.last() else {
+                return Shape::Other;
+            };
+            if last.ident == "Option" {
+                Shape::Option
+            } else if last.ident.to_string().ends_with("Result") {
+                Shape::Result(first_type_arg(&last.arguments).map(|t| match shape_of(t) {
+                    Shape::Unit | Shape::Option => Inner::Skippable,
+                    _ => Inner::Other,
+                }))
+            } else {
+                Shape::Other
+            }
+        }
+        _ => Shape::Other,
+    }
+}
+
+fn first_type_arg(args: &PathArguments) -> Option<&Type> {
+    match args {
+        PathArguments::AngleBracketed(args) => args.args.iter().find_map(|a| match a {
+            GenericArgument::Type(t) => Some(t),
+            _ => None,
+        }),
+        _ => None,
+    }
+}
+
+/// The names a key template may start with: every binding of the fn's
+/// arguments, and `self` for methods.
+pub(crate) fn argument_names(sig: &Signature) -> Vec<String> {
+    let mut names = Vec::new();
+    for input in &sig.inputs {
+        match input {
+            FnArg::Receiver(_) => names.push("self".to_owned()),
+            FnArg::Typed(typed) => bindings(&typed.pat, &mut names),
+        }
+    }
+    names
+}
+
+fn bindings(pat: &Pat, out: &mut Vec<String>) {
+    match pat {
+        Pat::Ident(p) => {
+            out.push(p.ident.to_string());
+            if let Some((_, sub)) = &p.subpat {
+                bindings(sub, out);
+            }
+        }
+        Pat::Tuple(p) => p.elems.iter().for_each(|p| bindings(p, out)),
+        Pat::TupleStruct(p) => p.elems.iter().for_each(|p| bindings(p, out)),
+        Pat::Struct(p) => p.fields.iter().for_each(|f| bindings(&f.pat, out)),
+        Pat::Slice(p) => p.elems.iter().for_each(|p| bindings(p, out)),
+        Pat::Reference(p) => bindings(&p.pat, out),
+        Pat::Paren(p) => bindings(&p.pat, out),
+        Pat::Type(p) => bindings(&p.pat, out),
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proc_macro2::Span;
+
+    fn sig(tokens: proc_macro2::TokenStream) -> Signature {
+        syn::parse2(tokens).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn skip() -> Ident {
+        Ident::new("skip_if_locked", Span::call_site())
+    }
+
+    #[test]
+    fn result_returns_fail_with_err() {
+        for s in [
+            quote::quote!(async fn f() -> Result<u32, E>),
+            quote::quote!(async fn f() -> std::io::Result<()>),
+            quote::quote!(async fn f() -> anyhow::Result<String>),
+            quote::quote!(async fn f() -> crate::Result),
+            quote::quote!(async fn f() -> ShopResult<u8>),
+        ] {
+            assert_eq!(mode(&sig(s), None).ok(), Some(Mode::Fail));
+        }
+    }
+
+    #[test]
+    fn skip_if_locked_needs_a_value_for_skipped() {
+        let skip = skip();
+        for (s, expected) in [
+            (quote::quote!(async fn f()), Some(Mode::Skip)),
+            (quote::quote!(async fn f() -> ()), Some(Mode::Skip)),
+            (quote::quote!(async fn f() -> Option<u8>), Some(Mode::Skip)),
+            (
+                quote::quote!(async fn f() -> Result<(), E>),
+                Some(Mode::SkipResult),
+            ),
+            (
+                quote::quote!(async fn f() -> Result<Option<u8>, E>),
+                Some(Mode::SkipResult),
+            ),
+            (quote::quote!(async fn f() -> Result<u8, E>), None),
+            (quote::quote!(async fn f() -> MyResult), None),
+            (
+                quote::quote!(async fn f() -> MyResult<Option<u8>>),
+                Some(Mode::SkipResult),
+            ),
+            (quote::quote!(async fn f() -> u8), None),
+        ] {
+            assert_eq!(mode(&sig(s.clone()), Some(&skip)).ok(), expected, "{s}");
+        }
+    }
+
+    #[test]
+    fn other_combinations_say_what_would_work() {
+        let err = |s| match mode(&sig(s), None) {
+            Ok(m) => panic!("expected an error, got {m:?}"),
+            Err(e) => e.to_string(),
+        };
+        assert!(err(quote::quote!(fn f() -> Result<(), E>)).contains("make `f` async"));
+        assert!(err(quote::quote!(async fn f())).contains("add `skip_if_locked`"));
+        assert!(err(quote::quote!(async fn f() -> u8)).contains("return `Result<T, E>`"));
+    }
+
+    #[test]
+    fn argument_names_include_self_and_pattern_bindings() {
+        let names = argument_names(&sig(quote::quote!(
+            async fn f(&self, a: u8, (b, mut c): (u8, u8), Wrapper { d, .. }: Wrapper)
+        )));
+        assert_eq!(names, ["self", "a", "b", "c", "d"]);
+    }
+}
