@@ -116,6 +116,7 @@ mod connection;
 mod context;
 mod error;
 mod guard;
+mod inspect;
 mod keys;
 mod lock;
 mod pubsub;
@@ -130,6 +131,7 @@ pub use config::{
 pub use context::{in_context, LockContext};
 pub use error::{Error, Result};
 pub use guard::LockGuard;
+pub use inspect::{LockOwner, LockStatus};
 pub use lock::{AcquireOptions, Lock};
 
 /// The README's code, compiled as a doc test so that it stays true.
