@@ -15,8 +15,16 @@ pub(crate) const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 #[derive(Debug, Parser)]
 #[command(name = "lockctl", version, about, after_help = crate::exit::EXIT_CODES_HELP)]
 pub(crate) struct Cli {
-    /// Redis URL: redis://[user[:password]@]host[:port][/db] (rediss:// with TLS builds)
-    #[arg(long, global = true, env = "REDIS_URL", hide_env_values = true, default_value = DEFAULT_URL, value_name = "URL")]
+    /// The Redis URL.
+    #[arg(
+        help = "Redis URL: redis://[user[:password]@]host[:port][/db] (rediss:// with TLS builds)",
+        long,
+        global = true,
+        env = "REDIS_URL",
+        hide_env_values = true,
+        default_value = DEFAULT_URL,
+        value_name = "URL"
+    )]
     pub(crate) url: String,
 
     /// Prefix of every lock key (the same as the services' client key prefix)
