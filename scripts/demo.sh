@@ -3,7 +3,7 @@
 # once with the distributed lock (examples/src/bin/flash_sale.rs). Uses
 # $REDIS_URL when set; otherwise the demo starts a private redis-server
 # (installed first when it is missing). Extra arguments go to the demo
-# (e.g. `bash scripts/demo.sh --processes 8 --buyers 100`; `-- --help`).
+# (e.g. `bash scripts/demo.sh --processes 8 --buyers 100`, or `--help`).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -34,10 +34,10 @@ pub(crate) fn status_json(status: &LockStatus) -> Value {
     };
     json!({
         "name": status.name,
-        "key": status.key,
         "locked": status.is_locked(),
         "owners": owners,
         "ttl_ms": ttl_ms,
+        "key": status.key,
     })
 }
 
@@ -126,7 +126,7 @@ pub(crate) async fn unlock(client: &LockClient, args: UnlockArgs) -> Result<u8, 
     debug_assert!(args.force, "clap requires --force");
     let lock = client.lock(&args.name)?;
     let removed = lock.force_unlock().await?;
-    emit(&json!({ "name": lock.name(), "key": lock.key(), "removed": removed }))?;
+    emit(&json!({ "name": lock.name(), "removed": removed, "key": lock.key() }))?;
     Ok(0)
 }
 

@@ -25,7 +25,7 @@
 //! # a cron job that must never run twice at once, anywhere
 //! lockctl run nightly-report --wait 10s -- ./report.sh
 //! lockctl status nightly-report
-//! # {"key":"nightly-report","locked":true,"name":"nightly-report","owners":[{"count":1,"owner":"…:1"}],"ttl_ms":28345}
+//! # {"name":"nightly-report","locked":true,"owners":[{"owner":"…:1","count":1}],"ttl_ms":28345,"key":"nightly-report"}
 //! ```
 //!
 //! # Why its own crate

@@ -171,6 +171,13 @@ fn status(url: &str, name: &str) -> Value {
     lines.remove(0)
 }
 
+/// The fields of a JSON object, in the order printed.
+fn keys(v: &Value) -> Vec<&str> {
+    v.as_object()
+        .map(|o| o.keys().map(String::as_str).collect())
+        .unwrap_or_default()
+}
+
 /// Polls `check` every 10 ms for at most `limit`.
 fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
     let start = Instant::now();
@@ -419,11 +426,13 @@ fn hold_is_visible_to_status_from_another_process_until_released() {
     let url = server.url();
     let mut holder = Proc::spawn(lockctl(&url, &["hold", "report"]));
     let held = holder.first_json(LIMIT);
+    assert_eq!(keys(&held), ["name", "owner", "fencing_token"]);
     assert_eq!(held["name"], "report");
     let owner = held["owner"].as_str().expect("owner").to_string();
     let token = held["fencing_token"].as_u64().expect("token");
 
     let s = status(&url, "report");
+    assert_eq!(keys(&s), ["name", "locked", "owners", "ttl_ms", "key"]);
     assert_eq!(s["name"], "report");
     assert_eq!(s["locked"], true);
     assert_eq!(
