@@ -17,7 +17,9 @@
 //!
 //! `--url` defaults to `$REDIS_URL`, else `redis://127.0.0.1:6379`;
 //! durations are written `250ms`, `5s`, `1.5s`, `2m`, `1h`. `hold`,
-//! `status`, `unlock` and `list` print one JSON line per result. Exit codes
+//! `status`, `unlock` and `list` print one JSON line per result (in
+//! `status` and `list`, `ttl_ms` is `null` for a free lock and `-1` for a
+//! key without expiry). Exit codes
 //! are listed at the end of `lockctl --help` (75: `--wait` passed; 76: the
 //! lock was lost while held; `run` passes the command's own code through).
 //!
