@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use bb8_redis::bb8;
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Cmd, RedisError, RedisResult, Value};
+use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisError, RedisResult, Value};
 
 /// Creates pooled connections.
 #[derive(Debug)]
@@ -64,6 +64,14 @@ impl Conn {
             .send_packed_command(cmd)
             .await
             .and_then(Value::extract_error);
+        self.note(&result);
+        result
+    }
+
+    /// Sends a pipeline of commands in one round trip; returns one value per
+    /// command (an error reply of one command is a `Value::ServerError` there).
+    pub(crate) async fn query_pipeline(&mut self, pipe: &Pipeline) -> RedisResult<Vec<Value>> {
+        let result = pipe.query_async::<Vec<Value>>(&mut self.inner).await;
         self.note(&result);
         result
     }

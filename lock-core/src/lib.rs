@@ -193,6 +193,7 @@ mod context;
 mod default_client;
 mod error;
 mod guard;
+mod inspect;
 mod keys;
 mod lock;
 mod pubsub;
@@ -209,6 +210,7 @@ pub use context::{in_context, LockContext};
 pub use default_client::{default_client, install_default};
 pub use error::{Error, Result};
 pub use guard::LockGuard;
+pub use inspect::{LockOwner, LockStatus};
 pub use lock::{AcquireOptions, Lock};
 
 /// Takes a distributed lock around an `async fn` (feature `macros`).

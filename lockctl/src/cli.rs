@@ -1,0 +1,127 @@
+//! The command line: global options and the five subcommands.
+
+use std::ffi::OsString;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use crate::duration::parse_duration;
+
+/// The Redis used when neither `--url` nor `$REDIS_URL` says otherwise.
+pub(crate) const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
+
+/// A distributed `flock`: run a command while holding a lock on Redis, hold a
+/// lock, and see or force-unlock locks (lock-core's and Redisson's `RLock`).
+#[derive(Debug, Parser)]
+#[command(name = "lockctl", version, about, after_help = crate::exit::EXIT_CODES_HELP)]
+pub(crate) struct Cli {
+    /// The Redis URL.
+    #[arg(
+        help = "Redis URL: redis://[user[:password]@]host[:port][/db] (rediss:// with TLS builds)",
+        long,
+        global = true,
+        env = "REDIS_URL",
+        hide_env_values = true,
+        default_value = DEFAULT_URL,
+        value_name = "URL"
+    )]
+    pub(crate) url: String,
+
+    /// Prefix of every lock key (the same as the services' client key prefix)
+    #[arg(
+        long,
+        global = true,
+        default_value = "",
+        value_name = "P",
+        hide_default_value = true
+    )]
+    pub(crate) prefix: String,
+
+    /// Watchdog timeout: the lease of locks held without --lease; renewed every third of it
+    #[arg(long, global = true, default_value = "30s", value_name = "DUR", value_parser = parse_duration)]
+    pub(crate) watchdog: Duration,
+
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+/// What to do.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Acquire NAME, run CMD with the lock held, release; exit with CMD's exit code
+    Run(RunArgs),
+    /// Acquire NAME, print it as one JSON line, hold it until --for passes or SIGINT/SIGTERM
+    Hold(HoldArgs),
+    /// Print NAME's holders and TTL as one JSON line
+    Status(NameArg),
+    /// Delete NAME whoever holds it and wake its waiters (needs --force)
+    Unlock(UnlockArgs),
+    /// Print every lock that exists now, one JSON line each (SCAN, never KEYS)
+    List(ListArgs),
+}
+
+/// How to acquire: wait bound and lease.
+#[derive(Debug, Args)]
+pub(crate) struct AcquireArgs {
+    /// Give up (exit 75) when not acquired within DUR; 0s = one attempt. Default: wait forever
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub(crate) wait: Option<Duration>,
+
+    /// Hold for at most DUR, never renewed. Default: the watchdog renews the lock while held
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub(crate) lease: Option<Duration>,
+}
+
+/// `lockctl run NAME [--wait DUR] [--lease DUR] -- CMD [ARGS...]`
+#[derive(Debug, Args)]
+pub(crate) struct RunArgs {
+    /// The lock's name
+    pub(crate) name: String,
+
+    #[command(flatten)]
+    pub(crate) acquire: AcquireArgs,
+
+    /// The command and its arguments, after `--`
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub(crate) command: Vec<OsString>,
+}
+
+/// `lockctl hold NAME [--wait DUR] [--lease DUR] [--for DUR]`
+#[derive(Debug, Args)]
+pub(crate) struct HoldArgs {
+    /// The lock's name
+    pub(crate) name: String,
+
+    #[command(flatten)]
+    pub(crate) acquire: AcquireArgs,
+
+    /// Release after DUR. Default: hold until SIGINT/SIGTERM
+    #[arg(long = "for", value_name = "DUR", value_parser = parse_duration)]
+    pub(crate) hold_for: Option<Duration>,
+}
+
+/// A lock name.
+#[derive(Debug, Args)]
+pub(crate) struct NameArg {
+    /// The lock's name
+    pub(crate) name: String,
+}
+
+/// `lockctl unlock --force NAME`
+#[derive(Debug, Args)]
+pub(crate) struct UnlockArgs {
+    /// Required: the lock is taken away from its holder, whose critical section may still run
+    #[arg(long, required = true)]
+    pub(crate) force: bool,
+
+    /// The lock's name
+    pub(crate) name: String,
+}
+
+/// `lockctl list [--match PATTERN]`
+#[derive(Debug, Args)]
+pub(crate) struct ListArgs {
+    /// Glob over lock names (without the prefix), as SCAN MATCH: `*`, `?`, `[abc]`
+    #[arg(long = "match", default_value = "*", value_name = "PATTERN")]
+    pub(crate) pattern: String,
+}

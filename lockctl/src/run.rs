@@ -1,0 +1,111 @@
+//! `lockctl run NAME -- CMD [ARGS...]`: the command runs only while the lock
+//! is held.
+
+use std::io::ErrorKind;
+use std::os::unix::process::ExitStatusExt;
+use std::process::ExitStatus;
+use std::time::Duration;
+
+use lock_core::LockClient;
+use nix::sys::signal::Signal;
+use tokio::process::{Child, Command};
+
+use crate::cli::RunArgs;
+use crate::commands::acquire;
+use crate::exit::{chain, CliError, CANNOT_EXECUTE, LOST, NOT_FOUND, SIGNAL_BASE, SOFTWARE};
+use crate::signals::{interrupt_reached_the_group, send, Signals};
+
+/// How long a command told to stop (SIGTERM, lock lost) gets before SIGKILL.
+const KILL_AFTER: Duration = Duration::from_secs(10);
+
+/// Acquires, runs the command with inherited stdin/stdout/stderr, releases,
+/// and returns the exit code: the command's, or 76 when the lock was lost
+/// while it ran.
+pub(crate) async fn run(client: &LockClient, args: RunArgs) -> Result<u8, CliError> {
+    let lock = client.lock(&args.name)?;
+    let Some((program, program_args)) = args.command.split_first() else {
+        return Err(CliError::new(
+            crate::exit::USAGE,
+            "no command given after `--`",
+        ));
+    };
+    let mut signals = Signals::install()?;
+    let guard = acquire(&lock, &args.acquire, &mut signals).await?;
+
+    let shown = program.to_string_lossy().into_owned();
+    let mut child = match Command::new(program).args(program_args).spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let _ = guard.release().await;
+            let code = match e.kind() {
+                ErrorKind::NotFound => NOT_FOUND,
+                _ => CANNOT_EXECUTE,
+            };
+            return Err(CliError::new(code, format!("cannot run `{shown}`: {e}")));
+        }
+    };
+    let Some(pid) = child.id() else {
+        return Err(CliError::new(SOFTWARE, "the command has no process id"));
+    };
+
+    loop {
+        tokio::select! {
+            status = child.wait() => {
+                let status = status.map_err(|e| CliError::new(SOFTWARE, format!("waiting for `{shown}`: {e}")))?;
+                return Ok(match guard.release().await {
+                    Ok(()) => exit_code(status),
+                    Err(e) if e.is_lost() => {
+                        eprintln!("lockctl: lock `{}` was lost before the command finished", lock.name());
+                        LOST
+                    }
+                    Err(e) => {
+                        eprintln!(
+                            "lockctl: could not release lock `{}` ({}); it expires with its lease",
+                            lock.name(),
+                            chain(&e)
+                        );
+                        exit_code(status)
+                    }
+                });
+            }
+            _ = guard.lost() => {
+                eprintln!(
+                    "lockctl: lock `{}` was lost while the command ran; sending it SIGTERM",
+                    lock.name()
+                );
+                stop(&mut child, pid).await;
+                return Ok(LOST);
+            }
+            sig = signals.recv() => {
+                // The command ends on it (or not); the lock is released when it does.
+                if sig != Signal::SIGINT || !interrupt_reached_the_group() {
+                    let _ = send(pid, sig);
+                }
+            }
+        }
+    }
+}
+
+/// SIGTERM, then SIGKILL after [`KILL_AFTER`]; waits for the exit.
+async fn stop(child: &mut Child, pid: u32) {
+    let _ = send(pid, Signal::SIGTERM);
+    if tokio::time::timeout(KILL_AFTER, child.wait())
+        .await
+        .is_err()
+    {
+        eprintln!(
+            "lockctl: the command did not exit within {}s of SIGTERM; sending SIGKILL",
+            KILL_AFTER.as_secs()
+        );
+        let _ = child.kill().await;
+    }
+}
+
+/// The shell's convention: the exit code, or 128 + N when killed by signal N.
+fn exit_code(status: ExitStatus) -> u8 {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => u8::try_from(code & 0xff).unwrap_or(1),
+        (None, Some(sig)) => SIGNAL_BASE.saturating_add(u8::try_from(sig).unwrap_or(0)),
+        (None, None) => 1,
+    }
+}

@@ -1,0 +1,680 @@
+//! The real `lockctl` binary against real redis-server processes.
+//!
+//! Every lockctl runs in its own process group (as under a script or cron,
+//! not in a terminal's foreground group), with stdin closed unless a test
+//! feeds it. Every wait is bounded; a process still running when its test
+//! ends is killed.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, ChildStdout, Command, Stdio};
+use std::sync::mpsc;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use lock_tests::RedisServer;
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
+use serde_json::Value;
+
+const BIN: &str = env!("CARGO_BIN_EXE_lockctl");
+/// Bound on any one lockctl invocation that is expected to end by itself.
+const LIMIT: Duration = Duration::from_secs(30);
+
+fn server() -> RedisServer {
+    RedisServer::start().unwrap_or_else(|e| panic!("cannot start redis-server: {e}"))
+}
+
+/// `lockctl --url <url> ARGS...`
+fn lockctl(url: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--url")
+        .arg(url)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .env_remove("REDIS_URL")
+        .env_remove("RUST_BACKTRACE")
+        .process_group(0);
+    cmd
+}
+
+/// A finished invocation.
+#[derive(Debug)]
+struct Out {
+    code: Option<i32>,
+    stdout: String,
+    stderr: String,
+}
+
+impl Out {
+    fn json_lines(&self) -> Vec<Value> {
+        self.stdout
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON: {l}: {e}")))
+            .collect()
+    }
+
+    /// One line on stderr, no panic, no backtrace, the expected code.
+    fn assert_one_line_error(&self, code: i32, needle: &str) {
+        assert_eq!(self.code, Some(code), "{self:?}");
+        assert_eq!(self.stderr.lines().count(), 1, "one line: {self:?}");
+        assert!(self.stderr.starts_with("lockctl: "), "{self:?}");
+        assert!(self.stderr.contains(needle), "`{needle}` in {self:?}");
+        for bad in ["panicked", "backtrace", "RUST_BACKTRACE"] {
+            assert!(!self.stderr.contains(bad), "{self:?}");
+        }
+    }
+}
+
+/// A running lockctl; killed (SIGKILL) if still running when dropped.
+struct Proc {
+    child: Child,
+    stdout: Option<BufReader<ChildStdout>>,
+}
+
+impl Proc {
+    fn spawn(mut cmd: Command) -> Proc {
+        let mut child = cmd.spawn().unwrap_or_else(|e| panic!("spawn lockctl: {e}"));
+        let stdout = child.stdout.take().map(BufReader::new);
+        Proc { child, stdout }
+    }
+
+    fn pid(&self) -> Pid {
+        Pid::from_raw(self.child.id() as i32)
+    }
+
+    fn signal(&self, sig: Signal) {
+        kill(self.pid(), sig).unwrap_or_else(|e| panic!("kill {sig}: {e}"));
+    }
+
+    /// The first stdout line, as JSON, within `limit`.
+    fn first_json(&mut self, limit: Duration) -> Value {
+        let mut stdout = self.stdout.take().expect("stdout is read once");
+        let (tx, rx) = mpsc::channel();
+        thread::spawn(move || {
+            let mut line = String::new();
+            let _ = stdout.read_line(&mut line);
+            let _ = tx.send(line);
+        });
+        let line = rx
+            .recv_timeout(limit)
+            .unwrap_or_else(|_| panic!("no line on stdout within {limit:?}"));
+        serde_json::from_str(&line).unwrap_or_else(|e| panic!("not JSON: {line:?}: {e}"))
+    }
+
+    fn try_code(&mut self) -> Option<Option<i32>> {
+        self.child
+            .try_wait()
+            .unwrap_or_else(|e| panic!("try_wait: {e}"))
+            .map(|s| s.code())
+    }
+
+    /// Waits for the exit within `limit`; collects what is left of the output.
+    fn finish(mut self, limit: Duration) -> Out {
+        let start = Instant::now();
+        let mut stdout_pipe = self.stdout.take();
+        let mut stderr_pipe = self.child.stderr.take();
+        let out_reader = thread::spawn(move || {
+            let mut s = String::new();
+            if let Some(p) = stdout_pipe.as_mut() {
+                let _ = p.read_to_string(&mut s);
+            }
+            s
+        });
+        let err_reader = thread::spawn(move || {
+            let mut s = String::new();
+            if let Some(p) = stderr_pipe.as_mut() {
+                let _ = p.read_to_string(&mut s);
+            }
+            s
+        });
+        let code = loop {
+            if let Some(code) = self.try_code() {
+                break code;
+            }
+            assert!(
+                start.elapsed() < limit,
+                "lockctl still running after {limit:?}"
+            );
+            thread::sleep(Duration::from_millis(10));
+        };
+        Out {
+            code,
+            stdout: out_reader.join().unwrap_or_default(),
+            stderr: err_reader.join().unwrap_or_default(),
+        }
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Runs to completion within [`LIMIT`].
+fn run(cmd: Command) -> Out {
+    Proc::spawn(cmd).finish(LIMIT)
+}
+
+fn status(url: &str, name: &str) -> Value {
+    let out = run(lockctl(url, &["status", name]));
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let mut lines = out.json_lines();
+    assert_eq!(lines.len(), 1, "{out:?}");
+    lines.remove(0)
+}
+
+/// The fields of a JSON object, in the order printed.
+fn keys(v: &Value) -> Vec<&str> {
+    v.as_object()
+        .map(|o| o.keys().map(String::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// Polls `check` every 10 ms for at most `limit`.
+fn eventually(limit: Duration, mut check: impl FnMut() -> bool) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < limit {
+        if check() {
+            return true;
+        }
+        thread::sleep(Duration::from_millis(10));
+    }
+    false
+}
+
+fn read(path: &Path) -> String {
+    std::fs::read_to_string(path).unwrap_or_default()
+}
+
+// ------------------------------------------------------------------- run
+
+#[test]
+fn run_excludes_across_six_concurrent_invocations() {
+    let server = server();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("count"), "0").expect("counter");
+    // Read, pause, write: loses updates unless the lock excludes. The
+    // `inside` directory catches two commands running at once.
+    let script = "cd \"$1\"; mkdir inside || echo overlap >> violations; \
+                  n=$(cat count); sleep 0.03; echo $((n + 1)) > count; rmdir inside";
+    let (invocations, rounds) = (6, 3);
+    let workers: Vec<_> = (0..invocations)
+        .map(|_| {
+            let url = server.url();
+            let dir = dir.path().to_string_lossy().into_owned();
+            thread::spawn(move || {
+                for _ in 0..rounds {
+                    let out = run(lockctl(
+                        &url,
+                        &["run", "counter", "--", "sh", "-c", script, "sh", &dir],
+                    ));
+                    assert_eq!(out.code, Some(0), "{out:?}");
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("worker");
+    }
+    assert_eq!(
+        read(&dir.path().join("violations")),
+        "",
+        "two commands ran at once"
+    );
+    assert_eq!(
+        read(&dir.path().join("count")).trim(),
+        (invocations * rounds).to_string()
+    );
+    assert_eq!(status(&server.url(), "counter")["locked"], false);
+}
+
+#[test]
+fn run_passes_the_commands_exit_code_and_output_through() {
+    let server = server();
+    let url = server.url();
+    for (script, code) in [
+        ("exit 0", 0),
+        ("exit 7", 7),
+        ("exit 255", 255),
+        ("kill -KILL $$", 137),
+    ] {
+        let out = run(lockctl(&url, &["run", "code", "--", "sh", "-c", script]));
+        assert_eq!(out.code, Some(code), "{script}: {out:?}");
+        assert_eq!(out.stderr, "", "{script}");
+    }
+    // stdout and stderr untouched, stdin passed on.
+    let out = run(lockctl(
+        &url,
+        &["run", "io", "--", "sh", "-c", "echo out; echo err >&2"],
+    ));
+    assert_eq!(
+        (out.stdout.as_str(), out.stderr.as_str()),
+        ("out\n", "err\n")
+    );
+    let mut cmd = lockctl(&url, &["run", "io", "--", "cat"]);
+    cmd.stdin(Stdio::piped());
+    let mut proc = Proc::spawn(cmd);
+    let mut stdin = proc.child.stdin.take().expect("stdin");
+    stdin.write_all(b"line one\nline two\n").expect("write");
+    drop(stdin);
+    let out = proc.finish(LIMIT);
+    assert_eq!(out.stdout, "line one\nline two\n", "{out:?}");
+    // A command that cannot be found or run: 127 / 126, lock released.
+    let out = run(lockctl(&url, &["run", "io", "--", "/no/such/command"]));
+    out.assert_one_line_error(127, "cannot run `/no/such/command`");
+    let out = run(lockctl(&url, &["run", "io", "--", "/"]));
+    out.assert_one_line_error(126, "cannot run `/`");
+    assert_eq!(status(&url, "io")["locked"], false);
+}
+
+#[test]
+fn run_exits_75_when_the_wait_bound_passes_without_running_the_command() {
+    let server = server();
+    let url = server.url();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = dir.path().join("ran");
+    let mut holder = Proc::spawn(lockctl(&url, &["hold", "busy"]));
+    holder.first_json(LIMIT);
+
+    let touch = ["touch", marker.to_str().expect("utf-8 path")];
+    let started = Instant::now();
+    let mut args = vec!["run", "busy", "--wait", "300ms", "--"];
+    args.extend(touch);
+    let out = run(lockctl(&url, &args));
+    out.assert_one_line_error(75, "timed out after 300ms waiting for lock `busy`");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+
+    let mut args = vec!["run", "busy", "--wait", "0s", "--"];
+    args.extend(touch);
+    run(lockctl(&url, &args)).assert_one_line_error(75, "held by another owner");
+
+    let out = run(lockctl(&url, &["hold", "busy", "--wait", "100ms"]));
+    out.assert_one_line_error(75, "waiting for lock `busy`");
+    assert!(
+        !marker.exists(),
+        "the command must not run without the lock"
+    );
+}
+
+/// A command that records SIGTERM in `dir/term` and exits; it writes
+/// `dir/started` first so a test knows it runs.
+fn term_recorder(dir: &Path) -> Vec<String> {
+    let script = "cd \"$1\"; trap 'echo term > term; kill $p 2>/dev/null; exit 0' TERM; \
+                  trap 'echo int > int; kill $p 2>/dev/null; exit 4' INT; \
+                  touch started; sleep 30 & p=$!; wait $p; echo done > done";
+    vec![
+        "sh".into(),
+        "-c".into(),
+        script.into(),
+        "sh".into(),
+        dir.to_string_lossy().into_owned(),
+    ]
+}
+
+fn spawn_run(url: &str, global: &[&str], name: &str, extra: &[&str], command: &[String]) -> Proc {
+    let mut args: Vec<&str> = global.to_vec();
+    args.extend(["run", name]);
+    args.extend(extra);
+    args.push("--");
+    args.extend(command.iter().map(String::as_str));
+    Proc::spawn(lockctl(url, &args))
+}
+
+#[test]
+fn run_exits_76_and_terms_the_command_when_the_lock_is_force_unlocked() {
+    let server = server();
+    let url = server.url();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let proc = spawn_run(
+        &url,
+        &["--watchdog", "900ms"],
+        "lost",
+        &[],
+        &term_recorder(dir.path()),
+    );
+    assert!(
+        eventually(LIMIT, || dir.path().join("started").exists()),
+        "command started"
+    );
+
+    let out = run(lockctl(&url, &["unlock", "--force", "lost"]));
+    assert_eq!(out.json_lines()[0]["removed"], true, "{out:?}");
+    // The next renewal (every 300 ms) finds the lock gone.
+    let out = proc.finish(LIMIT);
+    out.assert_one_line_error(76, "lock `lost` was lost while the command ran");
+    assert_eq!(
+        read(&dir.path().join("term")),
+        "term\n",
+        "the command got SIGTERM"
+    );
+    assert!(!dir.path().join("done").exists());
+}
+
+#[test]
+fn run_exits_76_when_a_fixed_lease_runs_out() {
+    let server = server();
+    let url = server.url();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let started = Instant::now();
+    let proc = spawn_run(
+        &url,
+        &[],
+        "leased",
+        &["--lease", "500ms"],
+        &term_recorder(dir.path()),
+    );
+    let out = proc.finish(LIMIT);
+    out.assert_one_line_error(76, "was lost while the command ran");
+    assert!(started.elapsed() >= Duration::from_millis(500));
+    assert_eq!(read(&dir.path().join("term")), "term\n");
+}
+
+#[test]
+fn sigterm_and_sigint_are_forwarded_and_the_lock_released() {
+    let server = server();
+    let url = server.url();
+    for (sig, file, code) in [(Signal::SIGTERM, "term", 0), (Signal::SIGINT, "int", 4)] {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let proc = spawn_run(&url, &[], "fwd", &[], &term_recorder(dir.path()));
+        assert!(eventually(LIMIT, || dir.path().join("started").exists()));
+        assert_eq!(status(&url, "fwd")["locked"], true);
+        proc.signal(sig);
+        let out = proc.finish(LIMIT);
+        assert_eq!(out.code, Some(code), "{sig}: {out:?}");
+        assert_eq!(out.stderr, "", "{sig}");
+        assert_eq!(
+            read(&dir.path().join(file)),
+            format!("{file}\n"),
+            "{sig} forwarded"
+        );
+        assert_eq!(status(&url, "fwd")["locked"], false, "released after {sig}");
+    }
+}
+
+#[test]
+fn a_signal_while_waiting_stops_the_wait_without_running_the_command() {
+    let server = server();
+    let url = server.url();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut holder = Proc::spawn(lockctl(&url, &["hold", "w"]));
+    holder.first_json(LIMIT);
+    let waiter = spawn_run(&url, &[], "w", &[], &term_recorder(dir.path()));
+    let channel = "redisson_lock__channel:{w}";
+    assert!(
+        eventually(LIMIT, || subscribers(&server, channel) == 1),
+        "waiting"
+    );
+    waiter.signal(Signal::SIGTERM);
+    let out = waiter.finish(LIMIT);
+    out.assert_one_line_error(143, "interrupted by SIGTERM while waiting for lock `w`");
+    assert!(!dir.path().join("started").exists());
+}
+
+// ------------------------------------------------------------ hold, status
+
+#[test]
+fn hold_is_visible_to_status_from_another_process_until_released() {
+    let server = server();
+    let url = server.url();
+    let mut holder = Proc::spawn(lockctl(&url, &["hold", "report"]));
+    let held = holder.first_json(LIMIT);
+    assert_eq!(keys(&held), ["name", "owner", "fencing_token"]);
+    assert_eq!(held["name"], "report");
+    let owner = held["owner"].as_str().expect("owner").to_string();
+    let token = held["fencing_token"].as_u64().expect("token");
+
+    let s = status(&url, "report");
+    assert_eq!(keys(&s), ["name", "locked", "owners", "ttl_ms", "key"]);
+    assert_eq!(s["name"], "report");
+    assert_eq!(s["locked"], true);
+    assert_eq!(
+        s["owners"],
+        serde_json::json!([{ "owner": owner, "count": 1 }])
+    );
+    let ttl = s["ttl_ms"].as_i64().expect("ttl");
+    assert!(ttl > 0 && ttl <= 30_000, "{ttl}");
+
+    holder.signal(Signal::SIGINT);
+    let out = holder.finish(LIMIT);
+    assert_eq!((out.code, out.stderr.as_str()), (Some(0), ""));
+    let s = status(&url, "report");
+    assert_eq!(s["locked"], false);
+    assert_eq!(s["owners"], serde_json::json!([]));
+    assert_eq!(s["ttl_ms"], Value::Null);
+
+    // --for ends the hold by itself; the next holder gets a larger token.
+    let mut again = Proc::spawn(lockctl(&url, &["hold", "report", "--for", "200ms"]));
+    let next = again.first_json(LIMIT)["fencing_token"]
+        .as_u64()
+        .expect("token");
+    assert!(next > token, "{next} > {token}");
+    assert_eq!(again.finish(LIMIT).code, Some(0));
+    assert_eq!(status(&url, "report")["locked"], false);
+}
+
+#[test]
+fn hold_with_a_lease_shows_its_ttl_and_exits_76_when_it_runs_out() {
+    let server = server();
+    let url = server.url();
+    let mut holder = Proc::spawn(lockctl(&url, &["hold", "short", "--lease", "2s"]));
+    holder.first_json(LIMIT);
+    let ttl = status(&url, "short")["ttl_ms"].as_i64().expect("ttl");
+    assert!(ttl > 0 && ttl <= 2_000, "{ttl}");
+    holder
+        .finish(LIMIT)
+        .assert_one_line_error(76, "lock `short` was lost while held");
+}
+
+fn subscribers(server: &RedisServer, channel: &str) -> i64 {
+    server
+        .command(&["PUBSUB", "NUMSUB", channel])
+        .ok()
+        .and_then(|v| v.as_array().and_then(|a| a.get(1).and_then(|n| n.as_i64())))
+        .unwrap_or(0)
+}
+
+#[test]
+fn unlock_force_wakes_a_waiting_run() {
+    let server = server();
+    let url = server.url();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = dir.path().join("ran");
+    // The holder's lease is 30 s: only the unlock message can wake the waiter soon.
+    let mut holder = Proc::spawn(lockctl(&url, &["hold", "stuck"]));
+    holder.first_json(LIMIT);
+    let waiter = Proc::spawn(lockctl(
+        &url,
+        &[
+            "run",
+            "stuck",
+            "--",
+            "touch",
+            marker.to_str().expect("utf-8"),
+        ],
+    ));
+    let channel = "redisson_lock__channel:{stuck}";
+    assert!(
+        eventually(LIMIT, || subscribers(&server, channel) == 1),
+        "run waits"
+    );
+    assert!(!marker.exists());
+
+    let unlocked_at = Instant::now();
+    let out = run(lockctl(&url, &["unlock", "--force", "stuck"]));
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert_eq!(
+        out.json_lines(),
+        [serde_json::json!({ "name": "stuck", "key": "stuck", "removed": true })]
+    );
+    let out = waiter.finish(LIMIT);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(marker.exists());
+    assert!(
+        unlocked_at.elapsed() < Duration::from_secs(15),
+        "woken by the unlock, not by the holder's 30 s lease"
+    );
+    let out = run(lockctl(&url, &["unlock", "--force", "stuck"]));
+    assert_eq!(out.json_lines()[0]["removed"], false);
+}
+
+#[test]
+fn a_sigkilled_hold_is_taken_over_after_the_watchdog_timeout() {
+    let server = server();
+    let url = server.url();
+    let mut holder = Proc::spawn(lockctl(&url, &["--watchdog", "1s", "hold", "crash"]));
+    let owner = holder.first_json(LIMIT)["owner"].clone();
+    holder.signal(Signal::SIGKILL);
+    let killed_at = Instant::now();
+    assert_eq!(holder.finish(LIMIT).code, None, "killed");
+
+    // Nobody released it: it stays until its lease (at most 1 s) runs out.
+    let s = status(&url, "crash");
+    if s["locked"] == true {
+        assert_eq!(s["owners"][0]["owner"], owner);
+        let ttl = s["ttl_ms"].as_i64().expect("ttl");
+        assert!(ttl > 0 && ttl <= 1_000, "{ttl}");
+    }
+    let out = run(lockctl(
+        &url,
+        &["run", "crash", "--wait", "10s", "--", "true"],
+    ));
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(killed_at.elapsed() < Duration::from_secs(10));
+}
+
+// ------------------------------------------------------------------- list
+
+#[test]
+fn list_prints_the_locks_that_exist_now() {
+    let server = server();
+    let url = server.url();
+    let mut holders: Vec<Proc> = Vec::new();
+    for (prefix, name) in [("app:", "jobs:a"), ("app:", "jobs:b"), ("", "other")] {
+        let mut p = Proc::spawn(lockctl(&url, &["--prefix", prefix, "hold", name]));
+        p.first_json(LIMIT);
+        holders.push(p);
+    }
+    server
+        .command(&["SET", "app:not-a-lock", "1"])
+        .expect("SET");
+    server
+        .command(&["HSET", "app:profile", "name", "x"])
+        .expect("HSET");
+
+    let names = |out: &Out| -> Vec<String> {
+        assert_eq!(out.code, Some(0), "{out:?}");
+        out.json_lines()
+            .iter()
+            .map(|l| l["name"].as_str().expect("name").to_string())
+            .collect()
+    };
+    let out = run(lockctl(&url, &["--prefix", "app:", "list"]));
+    assert_eq!(names(&out), ["jobs:a", "jobs:b"]);
+    let first = &out.json_lines()[0];
+    assert_eq!(first["key"], "app:jobs:a");
+    assert_eq!(first["locked"], true);
+    assert_eq!(first["owners"].as_array().map(Vec::len), Some(1));
+    let out = run(lockctl(
+        &url,
+        &["--prefix", "app:", "list", "--match", "*:b"],
+    ));
+    assert_eq!(names(&out), ["jobs:b"]);
+    let out = run(lockctl(&url, &["list"]));
+    assert_eq!(names(&out), ["app:jobs:a", "app:jobs:b", "other"]);
+
+    let first = holders.remove(0);
+    first.signal(Signal::SIGTERM);
+    assert_eq!(first.finish(LIMIT).code, Some(0));
+    let out = run(lockctl(&url, &["list"]));
+    assert_eq!(names(&out), ["app:jobs:b", "other"], "released at once");
+}
+
+// ----------------------------------------------------------------- errors
+
+#[test]
+fn bad_input_is_one_line_and_exit_64() {
+    let server = server();
+    let url = server.url();
+    let cases: &[(&[&str], &str)] = &[
+        (
+            &["run", "x", "--wait", "5x", "--", "true"],
+            "unknown unit `x`",
+        ),
+        (&["run", "x", "--wait", "5", "--", "true"], "no unit"),
+        (
+            &["--watchdog", "0s", "status", "x"],
+            "watchdog_timeout must be greater than zero",
+        ),
+        (
+            &["hold", "x", "--lease", "0s"],
+            "lease must be at least 1ms",
+        ),
+        (&["status", ""], "invalid lock name: name is empty"),
+        (&["run", "", "--", "true"], "invalid lock name"),
+        (&["unlock", "x"], "--force"),
+        (&["run", "x"], "<CMD>"),
+        (&["run", "x", "true"], "unexpected argument"),
+        (&["list", "--match", ""], "pattern is empty"),
+        (&["frobnicate"], "unrecognized subcommand"),
+    ];
+    for (args, needle) in cases {
+        run(lockctl(&url, args)).assert_one_line_error(64, needle);
+    }
+    for bad_url in ["foo://x", "not a url", "redis://h:notaport"] {
+        run(lockctl(bad_url, &["status", "x"])).assert_one_line_error(64, "invalid redis url");
+    }
+    let out = run(lockctl(&url, &["--help"]));
+    assert_eq!(out.code, Some(0));
+    assert!(out.stdout.contains("Exit codes:"), "{out:?}");
+}
+
+#[test]
+fn unreachable_redis_is_one_line_and_exit_69() {
+    let port = lock_tests::free_port().expect("port");
+    let url = format!("redis://user:secret@127.0.0.1:{port}");
+    let cases: [&[&str]; 5] = [
+        &["status", "x"],
+        &["list"],
+        &["unlock", "--force", "x"],
+        &["run", "x", "--", "true"],
+        &["hold", "x"],
+    ];
+    let procs: Vec<Proc> = cases
+        .iter()
+        .map(|args| Proc::spawn(lockctl(&url, args)))
+        .collect();
+    for proc in procs {
+        let out = proc.finish(LIMIT);
+        out.assert_one_line_error(69, &format!("redis at redis://user:***@127.0.0.1:{port}"));
+        assert!(!out.stderr.contains("secret"));
+    }
+}
+
+#[test]
+fn a_key_that_is_not_a_lock_is_exit_65() {
+    let server = server();
+    server.command(&["SET", "plain", "1"]).expect("SET");
+    run(lockctl(&server.url(), &["status", "plain"])).assert_one_line_error(65, "is not a lock");
+}
+
+#[test]
+fn the_default_url_comes_from_redis_url() {
+    let server = server();
+    let mut cmd = Command::new(BIN);
+    cmd.args(["status", "x"])
+        .env("REDIS_URL", server.url())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let out = run(cmd);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert_eq!(out.json_lines()[0]["locked"], false);
+}
