@@ -16,7 +16,7 @@ use std::process::{ExitCode, Stdio};
 use std::time::Duration;
 
 use clap::{Parser, ValueEnum};
-use lock_core::LockClient;
+use lock_core::{distributed_lock, LockClient};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader, Lines};
 use tokio::process::{Child, ChildStdout, Command};
 use tokio::time::Instant;
@@ -130,12 +130,13 @@ impl Shop {
 }
 
 /// The purchase under the distributed lock `stock:{sku}`: one buyer at a
-/// time, across every process, reads and decrements the stock.
+/// time, across every process, reads and decrements the stock. The macro
+/// builds the key from `sku`, takes the lock before the body and releases
+/// it after (also on `?`, panic or cancellation); a lock error comes back
+/// as `ShopError::from(lock_core::Error)`.
+#[distributed_lock(key = "stock:{sku}", client = shop.locks.clone())]
 async fn buy(shop: &Shop, sku: &str) -> Result<bool, ShopError> {
-    let guard = shop.locks.lock(&format!("stock:{sku}"))?.acquire().await?;
-    let bought = shop.take_one(sku).await?;
-    guard.release().await?;
-    Ok(bought)
+    shop.take_one(sku).await
 }
 
 // ------------------------------------------------------------- buyer process
