@@ -8,10 +8,11 @@ use std::time::{Duration, Instant};
 
 const LIMIT: Duration = Duration::from_secs(120);
 
-/// Runs `exe`, waits at most [`LIMIT`], and returns its standard output;
+/// Runs `exe` with `args`, waits at most [`LIMIT`], and returns its standard output;
 /// panics (after killing it) when it fails or takes too long.
-fn run(exe: &str) -> String {
+fn run(exe: &str, args: &[&str]) -> String {
     let mut child = Command::new(exe)
+        .args(args)
         .env_remove("REDIS_URL")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -44,13 +45,13 @@ fn run(exe: &str) -> String {
 
 #[test]
 fn manual_guard_counts_exactly() {
-    let out = run(env!("CARGO_BIN_EXE_manual_guard"));
+    let out = run(env!("CARGO_BIN_EXE_manual_guard"), &[]);
     assert!(out.contains("counter = 100 (expected 100)"), "{out}");
 }
 
 #[test]
 fn axum_accounts_serializes_one_account_across_two_processes() {
-    let out = run(env!("CARGO_BIN_EXE_axum_accounts"));
+    let out = run(env!("CARGO_BIN_EXE_axum_accounts"), &[]);
     assert!(out.contains("10 accepted, 20 refused"), "{out}");
     assert!(out.contains("final balance 0"), "{out}");
     assert!(out.lines().any(|l| l.starts_with("ok: ")), "{out}");
@@ -58,8 +59,21 @@ fn axum_accounts_serializes_one_account_across_two_processes() {
 
 #[test]
 fn tonic_accounts_serializes_by_metadata_key() {
-    let out = run(env!("CARGO_BIN_EXE_tonic_accounts"));
+    let out = run(env!("CARGO_BIN_EXE_tonic_accounts"), &[]);
     assert!(out.contains("10 accepted, final balance 0"), "{out}");
     assert!(out.contains("Some(Unavailable)"), "{out}");
     assert!(out.lines().any(|l| l.starts_with("ok: ")), "{out}");
+}
+
+#[test]
+fn tower_overhead_measures_every_variant() {
+    // A smoke run: few requests, figures not checked (no timing assertions).
+    let out = run(env!("CARGO_BIN_EXE_tower_overhead"), &["50"]);
+    for variant in ["bare", "layer, no key", "layer, key", "by hand"] {
+        let rows = out
+            .lines()
+            .filter(|l| l.trim_start().starts_with(&format!("{variant}  ")))
+            .count();
+        assert_eq!(rows, 2, "{variant} missing:\n{out}");
+    }
 }
