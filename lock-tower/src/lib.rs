@@ -77,10 +77,11 @@
 //!
 //! # With axum
 //!
-//! ```no_run
+//! ```
 //! use std::time::Duration;
 //! use axum::{body::Body, extract::Path, http::Request, routing::post, Router};
 //! use lock_tower::LockLayer;
+//! use tower::ServiceExt;
 //!
 //! async fn withdraw(Path(id): Path<u64>) -> String {
 //!     format!("withdrew from {id}") // read, check, write: no other replica is in here for this id
@@ -90,7 +91,10 @@
 //!     req.uri().path().split('/').nth(2)?.parse().ok()
 //! }
 //!
-//! # async fn demo(client: lock_core::LockClient) -> std::io::Result<()> {
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lock_tower::BoxError> {
+//! # let server = lock_tests::RedisServer::start()?;
+//! # let client = lock_core::LockClient::builder(server.url()).build()?;
 //! let app = Router::new()
 //!     .route("/accounts/{id}/withdraw", post(withdraw))
 //!     .layer(
@@ -99,8 +103,12 @@
 //!         })
 //!         .wait(Duration::from_secs(2)),
 //!     );
-//! let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
-//! axum::serve(listener, app).await
+//!
+//! // Serve it with `axum::serve(listener, app)`; here, one request in-process:
+//! let req = Request::post("/accounts/7/withdraw").body(Body::empty())?;
+//! let res = app.oneshot(req).await?;
+//! assert_eq!(res.status(), 200);
+//! # Ok(())
 //! # }
 //! ```
 //!
