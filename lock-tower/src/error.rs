@@ -1,0 +1,173 @@
+//! Why a request could not take its lock.
+
+use std::fmt;
+
+/// A type-erased error, as tower's `BoxError`: what the generic flavour
+/// returns, and what `HandleErrorLayer` receives.
+///
+/// ```
+/// let err: lock_tower::BoxError = "boom".into();
+/// assert_eq!(err.to_string(), "boom");
+/// ```
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A request's lock could not be taken: the wait bound passed (another
+/// request holds the key), Redis failed, or the derived key is not a valid
+/// lock name.
+///
+/// Each flavour turns it into an answer: the HTTP flavour into a response
+/// (503 + `Retry-After` when busy, 500 when Redis failed, 400 for a bad
+/// key), the gRPC flavour into a `tonic::Status`, the generic flavour into
+/// a boxed error for `HandleErrorLayer` (downcast it to `LockError`).
+///
+/// ```
+/// use lock_tower::LockError;
+/// use std::time::Duration;
+///
+/// let busy = LockError::new(
+///     "account:7",
+///     lock_core::Error::WaitTimeout { name: "account:7".into(), waited: Duration::from_secs(2) },
+/// );
+/// assert!(busy.is_busy() && !busy.is_redis());
+/// assert_eq!(busy.key(), "account:7");
+/// assert_eq!(busy.to_string(), "lock `account:7` is busy");
+/// ```
+#[derive(Debug)]
+pub struct LockError {
+    key: String,
+    source: lock_core::Error,
+}
+
+impl LockError {
+    /// An error for the lock `key` (the key the request mapped to), caused
+    /// by `source`.
+    ///
+    /// ```
+    /// let err = lock_tower::LockError::new("k", lock_core::Error::PoolTimeout);
+    /// assert!(err.is_redis());
+    /// ```
+    pub fn new(key: impl Into<String>, source: lock_core::Error) -> Self {
+        LockError {
+            key: key.into(),
+            source,
+        }
+    }
+
+    /// The lock key the request mapped to.
+    ///
+    /// ```
+    /// let err = lock_tower::LockError::new("k", lock_core::Error::PoolTimeout);
+    /// assert_eq!(err.key(), "k");
+    /// ```
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+
+    /// Contention: the wait bound passed while another request (in this
+    /// process or another) held the key. Retrying later is the right move.
+    ///
+    /// ```
+    /// let err = lock_tower::LockError::new("k", lock_core::Error::CommandTimeout);
+    /// assert!(!err.is_busy());
+    /// ```
+    pub fn is_busy(&self) -> bool {
+        self.source.is_wait_timeout()
+    }
+
+    /// Redis could not be reached, timed out or answered with an error:
+    /// the lock store failed, not the request.
+    ///
+    /// ```
+    /// let err = lock_tower::LockError::new("k", lock_core::Error::CommandTimeout);
+    /// assert!(err.is_redis());
+    /// ```
+    pub fn is_redis(&self) -> bool {
+        self.source.is_redis()
+    }
+
+    /// The key is not a valid lock name (empty, or longer than the client's
+    /// limit); rejected before any Redis call. Keys are usually derived from
+    /// the request, so this is usually the request's fault.
+    ///
+    /// ```
+    /// let err = lock_tower::LockError::new(
+    ///     "",
+    ///     lock_core::Error::InvalidName { reason: "empty".into() },
+    /// );
+    /// assert!(err.is_invalid_key());
+    /// ```
+    pub fn is_invalid_key(&self) -> bool {
+        matches!(self.source, lock_core::Error::InvalidName { .. })
+    }
+
+    /// The lock-core error behind this one.
+    ///
+    /// ```
+    /// let err = lock_tower::LockError::new("k", lock_core::Error::PoolTimeout);
+    /// assert!(matches!(err.lock_error(), lock_core::Error::PoolTimeout));
+    /// ```
+    pub fn lock_error(&self) -> &lock_core::Error {
+        &self.source
+    }
+
+    /// The lock-core error behind this one, by value.
+    ///
+    /// ```
+    /// let err = lock_tower::LockError::new("k", lock_core::Error::PoolTimeout);
+    /// assert!(err.into_lock_error().is_redis());
+    /// ```
+    pub fn into_lock_error(self) -> lock_core::Error {
+        self.source
+    }
+}
+
+impl fmt::Display for LockError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_busy() {
+            write!(f, "lock `{}` is busy", self.key)
+        } else if self.is_invalid_key() {
+            write!(f, "invalid lock key `{}`", self.key)
+        } else {
+            write!(f, "could not take lock `{}`", self.key)
+        }
+    }
+}
+
+impl std::error::Error for LockError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        Some(&self.source)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::error::Error as _;
+
+    #[test]
+    fn the_lock_core_error_is_the_source() {
+        let err = LockError::new("k", lock_core::Error::CommandTimeout);
+        assert_eq!(err.to_string(), "could not take lock `k`");
+        assert_eq!(
+            err.source().map(|s| s.to_string()).as_deref(),
+            Some("redis command timed out")
+        );
+    }
+
+    #[test]
+    fn kinds_are_distinct() {
+        let busy = LockError::new(
+            "k",
+            lock_core::Error::WaitTimeout {
+                name: "k".into(),
+                waited: std::time::Duration::from_millis(1),
+            },
+        );
+        let redis = LockError::new("k", lock_core::Error::PoolTimeout);
+        let invalid = LockError::new("", lock_core::Error::InvalidName { reason: "e".into() });
+        let flags = |e: &LockError| [e.is_busy(), e.is_redis(), e.is_invalid_key()];
+        assert_eq!(flags(&busy), [true, false, false]);
+        assert_eq!(flags(&redis), [false, true, false]);
+        assert_eq!(flags(&invalid), [false, false, true]);
+    }
+}

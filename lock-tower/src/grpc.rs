@@ -1,0 +1,189 @@
+//! The gRPC flavour: lock failures become `tonic::Status` answers.
+
+use std::fmt;
+use std::sync::Arc;
+
+use http::header::{HeaderValue, CONTENT_TYPE};
+use http::Response;
+use lock_core::{LockClient, LockGuard};
+use tonic::{Code, Status};
+
+use crate::body::LockBody;
+use crate::error::LockError;
+use crate::flavour::Flavour;
+use crate::lock::LockLayer;
+
+type Rejection = Arc<dyn Fn(&LockError) -> Status + Send + Sync>;
+
+/// The gRPC flavour, made by [`LockLayer::grpc`], for
+/// `tonic::transport::Server::builder().layer(..)`: responses are
+/// `http::Response<LockBody<B>>`, the error type is the inner service's,
+/// and a call whose lock cannot be taken is answered with a gRPC status
+/// (a "trailers-only" response):
+///
+/// | cause | status |
+/// |---|---|
+/// | busy: the wait bound passed | `UNAVAILABLE` (clients may retry the call as is) |
+/// | invalid key: empty or too long | `INVALID_ARGUMENT` |
+/// | Redis failed, or anything else | `INTERNAL` |
+///
+/// This follows the HTTP flavour (503 / 400 / 500) through gRPC's own
+/// HTTP mapping. Change it with [`LockLayer::on_rejection`].
+///
+/// ```
+/// use lock_tower::{Grpc, LockError};
+/// let down = LockError::new("k", lock_core::Error::PoolTimeout);
+/// assert_eq!(Grpc::default_status(&down).code(), tonic::Code::Internal);
+/// ```
+#[derive(Clone, Default)]
+pub struct Grpc {
+    hold_body: bool,
+    rejection: Option<Rejection>,
+}
+
+impl fmt::Debug for Grpc {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Grpc")
+            .field("hold_body", &self.hold_body)
+            .field("custom_rejection", &self.rejection.is_some())
+            .finish()
+    }
+}
+
+impl Grpc {
+    /// The default status for `err` (see the table above).
+    ///
+    /// ```
+    /// use lock_tower::{Grpc, LockError};
+    /// let busy = LockError::new("k", lock_core::Error::WaitTimeout { name: "k".into(), waited: Default::default() });
+    /// assert_eq!(Grpc::default_status(&busy).code(), tonic::Code::Unavailable);
+    /// ```
+    pub fn default_status(err: &LockError) -> Status {
+        if err.is_busy() {
+            Status::unavailable("lock busy, retry later")
+        } else if err.is_invalid_key() {
+            Status::invalid_argument("invalid lock key")
+        } else {
+            Status::internal("lock unavailable")
+        }
+    }
+}
+
+/// A trailers-only gRPC response carrying `status`.
+fn status_response<B>(status: Status) -> Response<LockBody<B>> {
+    let mut res = Response::new(LockBody::empty());
+    res.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static("application/grpc"));
+    if status.add_header(res.headers_mut()).is_err() {
+        // Metadata that cannot be a header: send the code alone.
+        let bare = Status::new(status.code(), "");
+        if bare.add_header(res.headers_mut()).is_err() {
+            res.headers_mut()
+                .insert("grpc-status", HeaderValue::from(Code::Internal as i32));
+        }
+    }
+    res.extensions_mut().insert(status);
+    res
+}
+
+impl<B, E> Flavour<Response<B>, E> for Grpc {
+    type Response = Response<LockBody<B>>;
+    type Error = E;
+
+    fn response(&self, res: Response<B>, guard: Option<LockGuard>) -> Self::Response {
+        let guard = if self.hold_body { guard } else { None };
+        res.map(|body| LockBody::new(body, guard))
+    }
+
+    fn error(&self, err: E) -> E {
+        err
+    }
+
+    fn rejection(&self, err: LockError) -> Result<Self::Response, E> {
+        let status = match &self.rejection {
+            Some(f) => f(&err),
+            None => Self::default_status(&err),
+        };
+        Ok(status_response(status))
+    }
+}
+
+impl<K> LockLayer<K, Grpc> {
+    /// A layer of the [`Grpc`] flavour, for tonic servers: a call whose
+    /// lock cannot be taken is answered with a gRPC status
+    /// (`UNAVAILABLE` busy, `INTERNAL` Redis failure, `INVALID_ARGUMENT`
+    /// invalid key). Key it with [`MetadataKey`](crate::MetadataKey).
+    ///
+    /// ```
+    /// # fn demo(client: lock_core::LockClient) {
+    /// use lock_tower::{LockLayer, MetadataKey};
+    /// let layer = LockLayer::grpc(client, MetadataKey::from_static("x-account-id").prefix("account:"));
+    /// # let _ = layer;
+    /// # }
+    /// ```
+    pub fn grpc(client: LockClient, key: K) -> Self {
+        Self::with_flavour(client, key, Grpc::default())
+    }
+
+    /// Keeps the lock until the response body (the message stream and its
+    /// trailers) has ended, or is dropped: for server-streaming calls.
+    ///
+    /// ```
+    /// # fn demo(layer: lock_tower::LockLayer<lock_tower::MetadataKey, lock_tower::Grpc>) {
+    /// let layer = layer.hold_until_body_end();
+    /// # let _ = layer;
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn hold_until_body_end(mut self) -> Self {
+        self.flavour_mut().hold_body = true;
+        self
+    }
+
+    /// Answers calls whose lock cannot be taken with `f`'s status instead
+    /// of the default one.
+    ///
+    /// ```
+    /// # fn demo(layer: lock_tower::LockLayer<lock_tower::MetadataKey, lock_tower::Grpc>) {
+    /// let layer = layer.on_rejection(|err| {
+    ///     if err.is_busy() {
+    ///         tonic::Status::resource_exhausted("account busy")
+    ///     } else {
+    ///         lock_tower::Grpc::default_status(err)
+    ///     }
+    /// });
+    /// # let _ = layer;
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn on_rejection(
+        mut self,
+        f: impl Fn(&LockError) -> Status + Send + Sync + 'static,
+    ) -> Self {
+        self.flavour_mut().rejection = Some(Arc::new(f));
+        self
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rejections_are_trailers_only_responses() {
+        let busy = LockError::new(
+            "k",
+            lock_core::Error::WaitTimeout {
+                name: "k".into(),
+                waited: Default::default(),
+            },
+        );
+        let res = <Grpc as Flavour<Response<String>, ()>>::rejection(&Grpc::default(), busy)
+            .unwrap_or_else(|()| panic!("rejections are responses"));
+        assert_eq!(res.status(), 200);
+        assert_eq!(res.headers()["content-type"], "application/grpc");
+        assert_eq!(res.headers()["grpc-status"], "14");
+        let status = Status::from_header_map(res.headers());
+        assert_eq!(status.map(|s| s.code()), Some(Code::Unavailable));
+    }
+}

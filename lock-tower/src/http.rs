@@ -1,0 +1,213 @@
+//! The HTTP flavour: lock failures become responses, so the service keeps
+//! the inner service's error type (axum's routers need `Infallible`).
+
+use std::fmt;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
+use http::{Response, StatusCode};
+use lock_core::{LockClient, LockGuard};
+
+use crate::body::LockBody;
+use crate::error::LockError;
+use crate::flavour::Flavour;
+use crate::lock::LockLayer;
+
+/// The `Retry-After` of the default "busy" response: 1 second.
+///
+/// ```
+/// assert_eq!(lock_tower::DEFAULT_RETRY_AFTER.as_secs(), 1);
+/// ```
+pub const DEFAULT_RETRY_AFTER: Duration = Duration::from_secs(1);
+
+type Rejection = Arc<dyn Fn(&LockError) -> Response<Bytes> + Send + Sync>;
+
+/// The HTTP flavour, made by [`LockLayer::new`]: responses are
+/// `http::Response<LockBody<B>>` and the error type is the inner
+/// service's. When the lock cannot be taken it answers:
+///
+/// | cause | status | body |
+/// |---|---|---|
+/// | busy: the wait bound passed ([`LockError::is_busy`]) | `503 Service Unavailable` + `Retry-After: 1` | `lock busy, retry later` |
+/// | invalid key: empty or too long ([`LockError::is_invalid_key`]) | `400 Bad Request` | `invalid lock key` |
+/// | Redis failed ([`LockError::is_redis`]) or anything else | `500 Internal Server Error` | `lock unavailable` |
+///
+/// Contention is a 503 with `Retry-After` because that is what clients and
+/// proxies know to retry later; a Redis failure is a 500 because it is the
+/// server's fault and should show up as an error, not as load. Change the
+/// `Retry-After` with [`LockLayer::retry_after`], or the whole answer with
+/// [`LockLayer::on_rejection`].
+///
+/// ```
+/// use lock_tower::{Http, LockError};
+/// let busy = LockError::new("k", lock_core::Error::WaitTimeout { name: "k".into(), waited: Default::default() });
+/// let res = Http::default_rejection(&busy, lock_tower::DEFAULT_RETRY_AFTER);
+/// assert_eq!(res.status(), 503);
+/// assert_eq!(res.headers()["retry-after"], "1");
+/// ```
+#[derive(Clone)]
+pub struct Http {
+    hold_body: bool,
+    retry_after: Duration,
+    rejection: Option<Rejection>,
+}
+
+impl Default for Http {
+    fn default() -> Self {
+        Http {
+            hold_body: false,
+            retry_after: DEFAULT_RETRY_AFTER,
+            rejection: None,
+        }
+    }
+}
+
+impl fmt::Debug for Http {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Http")
+            .field("hold_body", &self.hold_body)
+            .field("retry_after", &self.retry_after)
+            .field("custom_rejection", &self.rejection.is_some())
+            .finish()
+    }
+}
+
+impl Http {
+    /// The default answer to `err` (see the table above), with
+    /// `Retry-After` set from `retry_after` (whole seconds, at least 1) on
+    /// the busy answer. Handy inside a custom
+    /// [`on_rejection`](LockLayer::on_rejection) that changes one case only.
+    ///
+    /// ```
+    /// use lock_tower::{Http, LockError};
+    /// let down = LockError::new("k", lock_core::Error::PoolTimeout);
+    /// let res = Http::default_rejection(&down, std::time::Duration::from_secs(1));
+    /// assert_eq!(res.status(), 500);
+    /// assert!(res.headers().get("retry-after").is_none());
+    /// ```
+    pub fn default_rejection(err: &LockError, retry_after: Duration) -> Response<Bytes> {
+        let (status, text) = if err.is_busy() {
+            (StatusCode::SERVICE_UNAVAILABLE, "lock busy, retry later\n")
+        } else if err.is_invalid_key() {
+            (StatusCode::BAD_REQUEST, "invalid lock key\n")
+        } else {
+            (StatusCode::INTERNAL_SERVER_ERROR, "lock unavailable\n")
+        };
+        let mut res = Response::new(Bytes::from_static(text.as_bytes()));
+        *res.status_mut() = status;
+        res.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        if err.is_busy() {
+            let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+            res.headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from(secs.max(1)));
+        }
+        res
+    }
+}
+
+impl<B, E> Flavour<Response<B>, E> for Http {
+    type Response = Response<LockBody<B>>;
+    type Error = E;
+
+    fn response(&self, res: Response<B>, guard: Option<LockGuard>) -> Self::Response {
+        let guard = if self.hold_body { guard } else { None };
+        res.map(|body| LockBody::new(body, guard))
+    }
+
+    fn error(&self, err: E) -> E {
+        err
+    }
+
+    fn rejection(&self, err: LockError) -> Result<Self::Response, E> {
+        let res = match &self.rejection {
+            Some(f) => f(&err),
+            None => Self::default_rejection(&err, self.retry_after),
+        };
+        Ok(res.map(LockBody::full))
+    }
+}
+
+impl<K> LockLayer<K, Http> {
+    /// A layer of the [`Http`] flavour, for `http::Request`s (axum, hyper,
+    /// tonic when gRPC status answers are not needed): a request whose lock
+    /// cannot be taken is answered with a response (503 busy, 500 Redis
+    /// failure, 400 invalid key), so the inner error type is kept.
+    ///
+    /// ```
+    /// # fn demo(client: lock_core::LockClient) {
+    /// use lock_tower::{LockLayer, PathSegment};
+    /// let layer = LockLayer::new(client, PathSegment::after("accounts").prefix("account:"));
+    /// # let _ = layer;
+    /// # }
+    /// ```
+    pub fn new(client: LockClient, key: K) -> Self {
+        Self::with_flavour(client, key, Http::default())
+    }
+
+    /// Keeps the lock until the response body has yielded its last frame
+    /// (or is dropped because the client went away), not just until the
+    /// inner service has produced the response head. Use it for streaming
+    /// bodies whose production must be exclusive too.
+    ///
+    /// ```
+    /// # fn demo(layer: lock_tower::LockLayer<lock_tower::MethodPath, lock_tower::Http>) {
+    /// let layer = layer.hold_until_body_end();
+    /// # let _ = layer;
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn hold_until_body_end(mut self) -> Self {
+        self.flavour_mut().hold_body = true;
+        self
+    }
+
+    /// The `Retry-After` of the default "busy" answer (rounded up to whole
+    /// seconds; default [`DEFAULT_RETRY_AFTER`]).
+    ///
+    /// ```
+    /// # fn demo(layer: lock_tower::LockLayer<lock_tower::MethodPath, lock_tower::Http>) {
+    /// let layer = layer.retry_after(std::time::Duration::from_secs(3));
+    /// # let _ = layer;
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn retry_after(mut self, retry_after: Duration) -> Self {
+        self.flavour_mut().retry_after = retry_after;
+        self
+    }
+
+    /// Answers requests whose lock cannot be taken with `f`'s response
+    /// instead of the default one.
+    ///
+    /// ```
+    /// use bytes::Bytes;
+    /// use http::{Response, StatusCode};
+    /// use lock_tower::Http;
+    ///
+    /// # fn demo(layer: lock_tower::LockLayer<lock_tower::MethodPath, Http>) {
+    /// let layer = layer.on_rejection(|err| {
+    ///     if err.is_busy() {
+    ///         let mut res = Response::new(Bytes::from_static(b"{\"error\":\"busy\"}"));
+    ///         *res.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    ///         res
+    ///     } else {
+    ///         Http::default_rejection(err, lock_tower::DEFAULT_RETRY_AFTER)
+    ///     }
+    /// });
+    /// # let _ = layer;
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn on_rejection(
+        mut self,
+        f: impl Fn(&LockError) -> Response<Bytes> + Send + Sync + 'static,
+    ) -> Self {
+        self.flavour_mut().rejection = Some(Arc::new(f));
+        self
+    }
+}

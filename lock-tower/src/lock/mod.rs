@@ -1,0 +1,15 @@
+//! The middleware: [`LockLayer`], the [`Lock`] service it makes and the
+//! [`ResponseFuture`] that takes the lock.
+//!
+//! # Usage
+//!
+//! See the [crate docs](crate) for `ServiceBuilder`, axum `Router::layer`
+//! and tonic `Server::builder().layer`.
+
+mod future;
+mod layer;
+mod service;
+
+pub use future::ResponseFuture;
+pub use layer::{LockLayer, DEFAULT_WAIT};
+pub use service::Lock;
