@@ -65,7 +65,7 @@ impl Core {
     /// command timeout (pool wait included).
     pub(crate) async fn run_script(&self, script: &Script, cmd: &Cmd) -> Result<Value> {
         let fut = async {
-            let mut conn = checkout(&self.pool).await?;
+            let mut conn = checkout(&self.pool, self.config.pool_size).await?;
             Ok::<_, Error>(script.run(&mut conn, cmd).await?)
         };
         self.bounded(fut).await
@@ -74,7 +74,7 @@ impl Core {
     /// Runs one plain command on a pooled connection.
     pub(crate) async fn run_cmd(&self, cmd: &Cmd) -> Result<Value> {
         let fut = async {
-            let mut conn = checkout(&self.pool).await?;
+            let mut conn = checkout(&self.pool, self.config.pool_size).await?;
             Ok::<_, Error>(conn.query(cmd).await?)
         };
         self.bounded(fut).await

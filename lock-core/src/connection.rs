@@ -1,9 +1,9 @@
 //! The connection pool: bb8 over redis-rs multiplexed connections, with
 //! connect and reply time-outs and broken-connection tracking.
 //!
-//! A multiplexed connection serves many requests at once, so a command does
-//! not keep its connection checked out while it waits for the reply: it
-//! checks one out, takes a clone (same socket), and returns it at once
+//! A multiplexed connection serves many requests at once, so when every
+//! pooled connection is busy a command does not queue for a checkout: it
+//! takes a clone of one (same socket) and returns the checkout at once
 //! ([`checkout`]). Checkouts therefore never queue behind slow replies, and
 //! bb8 still owns creating, counting and dropping connections.
 //!
@@ -89,19 +89,62 @@ impl Conn {
     }
 }
 
-/// A connection for one command: a clone of a pooled connection, whose
-/// checkout is returned before the command is sent. Broken connections
-/// met on the way are dropped from the pool.
-pub(crate) async fn checkout(pool: &Pool) -> Result<Conn, bb8::RunError<RedisError>> {
-    let mut tries = pool.state().connections as usize + 1;
+/// A connection for one command.
+#[derive(Debug)]
+pub(crate) enum Checkout<'a> {
+    /// Checked out for the command's whole round trip (a spare one was idle).
+    Held(bb8::PooledConnection<'a, Manager>),
+    /// A clone of a busy pooled connection (same socket, multiplexed): its
+    /// checkout went back to the pool before the command was sent.
+    Shared(Conn),
+}
+
+impl std::ops::Deref for Checkout<'_> {
+    type Target = Conn;
+    fn deref(&self) -> &Conn {
+        match self {
+            Checkout::Held(pooled) => pooled,
+            Checkout::Shared(conn) => conn,
+        }
+    }
+}
+
+impl std::ops::DerefMut for Checkout<'_> {
+    fn deref_mut(&mut self) -> &mut Conn {
+        match self {
+            Checkout::Held(pooled) => &mut *pooled,
+            Checkout::Shared(conn) => conn,
+        }
+    }
+}
+
+/// A connection for one command. While the pool has a spare connection
+/// (idle, or room for a new one), the command keeps its checkout for the
+/// round trip, so concurrent commands spread over the pool's sockets. When
+/// every connection is busy, the command shares one (a multiplexed
+/// connection serves many requests at once) instead of queueing for a
+/// checkout behind other commands' replies. Broken connections met on the
+/// way are dropped from the pool.
+pub(crate) async fn checkout(
+    pool: &Pool,
+    max_size: u32,
+) -> Result<Checkout<'_>, bb8::RunError<RedisError>> {
+    let state = pool.state();
+    let spare = state.idle_connections > 0 || state.connections < max_size;
+    let mut tries = state.connections as usize + 1;
     loop {
         let pooled = pool.get().await?;
-        if !pooled.is_broken() || tries == 0 {
-            return Ok((*pooled).clone());
+        if pooled.is_broken() && tries > 0 {
+            // Returning it makes bb8 drop it (`has_broken`); take another.
+            drop(pooled);
+            tries -= 1;
+            continue;
         }
-        // Returning it makes bb8 drop it (`has_broken`); take another.
-        drop(pooled);
-        tries -= 1;
+        return Ok(if spare {
+            Checkout::Held(pooled)
+        } else {
+            Checkout::Shared((*pooled).clone())
+        });
     }
 }
 

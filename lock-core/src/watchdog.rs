@@ -224,9 +224,11 @@ async fn run(
                 }
                 let next_due = match outcome {
                     Some(true) => {
-                        // The lease runs from when the renewal was sent.
+                        // The lease runs from when the renewal was sent, and
+                        // so does the period: a slow pass must not stretch
+                        // the renewal cadence.
                         entry.renewed_at = started;
-                        Ok(after + period)
+                        Ok(started + period)
                     }
                     Some(false) => Err("the lock is gone (expired, deleted or force-unlocked)"),
                     None if after.duration_since(entry.renewed_at)
@@ -279,7 +281,7 @@ async fn renew_batch(
     let keys: Vec<&str> = chunk.iter().map(|((key, _), _)| &**key).collect();
     let owners: Vec<&str> = chunk.iter().map(|((_, owner), _)| &**owner).collect();
     let cmd = script.evalsha(&keys, (lease_ms, owners));
-    let mut conn = crate::connection::checkout(&core.pool)
+    let mut conn = crate::connection::checkout(&core.pool, core.config.pool_size)
         .await
         .map_err(Error::from)?;
     let reply = script.run(&mut conn, &cmd).await?;
