@@ -10,10 +10,11 @@ lock-bench: measures lock-core against reference loops on a real Redis.
 usage: lock-bench [options]
 
   --url URL            Redis to use (default: start a private redis-server)
-  --workloads LIST     comma-separated, any of REF,W1,W2,W3,WD (default: all)
+  --workloads LIST     comma-separated, any of REF,W1,W2,W3,WD,LAYER (default: all)
   --duration SECS      measured window per workload (default 5)
   --warmup SECS        warm-up before each window (default 1)
-  --tasks N            tasks of W1, W2, L-min; W3 splits them over the processes (default 16)
+  --tasks N            tasks of W1, W2, L-min, and LAYER's HTTP client tasks;
+                       W3 splits them over the processes (default 16)
   --processes N        W3 processes (default 4; tasks per process = tasks / processes)
   --wd-counts LIST     numbers of locks the WD workload holds (default 10000,100000)
   --wd-watchdog-ms MS  watchdog timeout of the WD client (default 3000: renewal every 1 s)
@@ -40,15 +41,18 @@ pub(crate) enum Workload {
     W3,
     /// Many locks held by the watchdog.
     Wd,
+    /// lock-tower's layer against the lock taken by hand, over HTTP.
+    Layer,
 }
 
 impl Workload {
-    pub(crate) const ALL: [Workload; 5] = [
+    pub(crate) const ALL: [Workload; 6] = [
         Workload::Ref,
         Workload::W1,
         Workload::W2,
         Workload::W3,
         Workload::Wd,
+        Workload::Layer,
     ];
 
     fn parse(s: &str) -> Result<Self, String> {
@@ -58,8 +62,9 @@ impl Workload {
             "W2" => Ok(Workload::W2),
             "W3" => Ok(Workload::W3),
             "WD" => Ok(Workload::Wd),
+            "LAYER" => Ok(Workload::Layer),
             other => Err(format!(
-                "unknown workload {other:?} (valid: REF, W1, W2, W3, WD)"
+                "unknown workload {other:?} (valid: REF, W1, W2, W3, WD, LAYER)"
             )),
         }
     }
@@ -264,6 +269,10 @@ mod tests {
         assert_eq!(o.warmup, Duration::from_millis(200));
         assert_eq!(o.wd_counts, vec![500]);
         assert_eq!(o.workloads, vec![Workload::W2, Workload::Ref]);
+        assert_eq!(
+            run(&["--workloads", "layer"]).workloads,
+            vec![Workload::Layer]
+        );
     }
 
     #[test]

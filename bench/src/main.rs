@@ -3,13 +3,14 @@
 //! Starts a private redis-server (or uses `--url`), runs the workloads of
 //! issue 6 — the L-min and L-serial references, W1 (uncontended), W2
 //! (contended, one process), W3 (contended, several processes: copies of
-//! this program), WD (watchdog holding many locks) — and prints one JSON
-//! line per measurement on stdout, then a summary with the ratios against
-//! the targets on stderr. `scripts/bench.sh` builds it in release mode and
+//! this program), WD (watchdog holding many locks), LAYER (lock-tower's
+//! `LockLayer` against the same lock taken by hand, over loopback HTTP) —
+//! and prints one JSON line per measurement on stdout, then a summary with
+//! the ratios against the targets on stderr. `scripts/bench.sh` builds it in release mode and
 //! runs it with redis-server pinned to CPU 0 and the benchmark to CPU 1.
 //!
 //! ```text
-//! lock-bench [--url URL] [--workloads REF,W1,W2,W3,WD] [--duration 5] [--warmup 1]
+//! lock-bench [--url URL] [--workloads REF,W1,W2,W3,WD,LAYER] [--duration 5] [--warmup 1]
 //!            [--tasks 16] [--processes 4] [--wd-counts 10000,100000]
 //!            [--redis-cpu 0] [--bench-cpu 1] [--smoke]
 //! ```
@@ -30,7 +31,7 @@ use tokio::runtime::Runtime;
 
 use crate::args::{ChildOptions, Command, Options, Workload, USAGE};
 use crate::report::Measurement;
-use crate::workloads::{refs, w1, w2, w3, wd, Ctx};
+use crate::workloads::{layer, refs, w1, w2, w3, wd, Ctx};
 
 /// Errors of the benchmark: reported on stderr, never unwrapped.
 pub(crate) type BenchResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
@@ -158,6 +159,13 @@ fn run(opts: Options) -> BenchResult<ExitCode> {
                 .iter()
                 .map(|&n| ("lock-core", "WD".into(), rt.block_on(wd::run(&ctx, n))))
                 .collect(),
+            Workload::Layer => match rt.block_on(layer::run(&ctx)) {
+                Ok(lines) => lines
+                    .into_iter()
+                    .map(|m| ("lock-tower", "LAYER".into(), Ok(m)))
+                    .collect(),
+                Err(e) => vec![("lock-tower", "LAYER".into(), Err(e))],
+            },
         };
         for (lib, name, result) in results {
             let m = result.unwrap_or_else(|e| {

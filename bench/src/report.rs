@@ -225,8 +225,38 @@ pub(crate) fn summary(all: &[Measurement], setup: &str) -> String {
             None => line(format!("WD  no figures ({})", m.notes)),
         }
     }
-    line("LAYER: not measured yet (comes once lock-tower has its benchmark handler)".into());
+    if let Some(text) = layer_summary(all) {
+        line(text);
+    }
     s
+}
+
+/// The LAYER line: lock-tower's layer against the same lock taken by hand.
+fn layer_summary(all: &[Measurement]) -> Option<String> {
+    let layer = find(all, "lock-tower", "LAYER")?;
+    let (Some(hand), Some(l50), Some(l_rate)) = (
+        find(all, "by-hand", "LAYER"),
+        layer.p50_us,
+        layer.cycles_per_s,
+    ) else {
+        return Some(format!("LAYER  no figures ({})", layer.notes));
+    };
+    let (Some(h50), Some(h_rate)) = (hand.p50_us, hand.cycles_per_s) else {
+        return Some(format!("LAYER  no by-hand figures ({})", hand.notes));
+    };
+    if h50 <= 0.0 || h_rate <= 0.0 {
+        return Some("LAYER  by-hand figures are zero".into());
+    }
+    let overhead = (l50 - h50) / h50 * 100.0;
+    let ratio = l_rate / h_rate;
+    let bare = find(all, "bare", "LAYER")
+        .and_then(|b| b.p50_us)
+        .map_or(String::new(), |b| format!("  (bare HTTP p50 {b:.0} us)"));
+    Some(format!(
+        "LAYER  lock-tower p50 {l50:.0} us vs by-hand {h50:.0} us: overhead {overhead:+.1} % (target <= 5 %: {}); requests/s {l_rate:.0} vs {h_rate:.0}, ratio {ratio:.3} (target >= 0.95: {}){bare}",
+        verdict(overhead <= 5.0),
+        verdict(ratio >= 0.95)
+    ))
 }
 
 #[cfg(test)]
@@ -279,5 +309,29 @@ mod tests {
         // 20 ms / (1e6/5500 us) = 110 lock cycles: missed; 20 ms / 3 ms = 6.7 task cycles: met.
         assert!(s.contains("= 110 x the lock-level"), "{s}");
         assert!(s.contains("6.7 x the p50 per-task"), "{s}");
+        assert!(
+            !s.contains("LAYER"),
+            "no LAYER line without LAYER figures: {s}"
+        );
+    }
+
+    #[test]
+    fn layer_overhead_is_relative_to_the_lock_taken_by_hand() {
+        let line = |lib: &str, p50: f64, rate: f64| Measurement {
+            lib: lib.into(),
+            workload: "LAYER".into(),
+            p50_us: Some(p50),
+            cycles_per_s: Some(rate),
+            ..Default::default()
+        };
+        let all = vec![
+            line("lock-tower", 420.0, 950.0),
+            line("by-hand", 400.0, 1000.0),
+            line("bare", 100.0, 4000.0),
+        ];
+        let s = summary(&all, "test");
+        assert!(s.contains("overhead +5.0 % (target <= 5 %: met)"), "{s}");
+        assert!(s.contains("ratio 0.950 (target >= 0.95: met)"), "{s}");
+        assert!(s.contains("bare HTTP p50 100 us"), "{s}");
     }
 }

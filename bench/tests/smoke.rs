@@ -1,6 +1,7 @@
 //! CI smoke test: runs the whole benchmark with `--smoke` against a private
 //! redis-server and checks the shape of its output and the invariants of
-//! the lock-core workloads. No timing is asserted.
+//! the lock-core workloads and of LAYER (every HTTP answer 200). No timing
+//! is asserted.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -122,9 +123,15 @@ fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
         err.contains("lock-bench summary"),
         "no summary on stderr:\n{err}"
     );
+    for lib in ["lock-tower", "by-hand", "bare"] {
+        let v = find(lib, "LAYER");
+        assert_eq!(v["counter_ok"], true, "every answer must be 200: {v}");
+        assert!(v["cycles_per_s"].as_f64().is_some_and(|r| r > 0.0), "{v}");
+        assert!(v["p50_us"].is_number() && v["p99_us"].is_number(), "{v}");
+    }
     assert!(
-        err.contains("LAYER"),
-        "the summary must say LAYER is not measured:\n{err}"
+        err.contains("LAYER  lock-tower p50"),
+        "the summary must compare the layer with the lock taken by hand:\n{err}"
     );
 }
 

@@ -1,6 +1,7 @@
 //! The workloads, and what they share: settings, the lock-core client, the
 //! uncontended figures.
 
+pub(crate) mod layer;
 pub(crate) mod refs;
 pub(crate) mod w1;
 pub(crate) mod w2;
