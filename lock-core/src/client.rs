@@ -10,7 +10,7 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{ClientBuilder, ClientConfig, ErrorHook};
-use crate::connection::{build_pool, checkout, Manager, Pool};
+use crate::connection::{build_pool, Manager, Pool};
 use crate::error::{Error, Result};
 use crate::keys::LockKeys;
 use crate::lock::Lock;
@@ -65,7 +65,7 @@ impl Core {
     /// command timeout (pool wait included).
     pub(crate) async fn run_script(&self, script: &Script, cmd: &Cmd) -> Result<Value> {
         let fut = async {
-            let mut conn = checkout(&self.pool, self.config.pool_size).await?;
+            let mut conn = self.pool.checkout().await?;
             Ok::<_, Error>(script.run(&mut conn, cmd).await?)
         };
         self.bounded(fut).await
@@ -74,7 +74,7 @@ impl Core {
     /// Runs one plain command on a pooled connection.
     pub(crate) async fn run_cmd(&self, cmd: &Cmd) -> Result<Value> {
         let fut = async {
-            let mut conn = checkout(&self.pool, self.config.pool_size).await?;
+            let mut conn = self.pool.checkout().await?;
             Ok::<_, Error>(conn.query(cmd).await?)
         };
         self.bounded(fut).await

@@ -2,10 +2,11 @@
 //! connect and reply time-outs and broken-connection tracking.
 //!
 //! A multiplexed connection serves many requests at once, so when every
-//! pooled connection is busy a command does not queue for a checkout: it
-//! takes a clone of one (same socket) and returns the checkout at once
-//! ([`checkout`]). Checkouts therefore never queue behind slow replies, and
-//! bb8 still owns creating, counting and dropping connections.
+//! pooled connection is checked out a command does not queue for a
+//! checkout: it shares one of them (a clone: same socket), see
+//! [`Pool::checkout`]. Commands therefore never queue behind other
+//! commands' replies, and bb8 still owns creating, counting and dropping
+//! connections.
 //!
 //! bb8-redis's own manager never reports a connection as broken, so after a
 //! Redis restart its pool would keep handing out dead connections (or ping
@@ -13,8 +14,8 @@
 //! a connection broken when a command on it fails at the I/O level, and bb8
 //! then drops it instead of returning it to the pool.
 
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bb8_redis::bb8;
@@ -118,33 +119,76 @@ impl std::ops::DerefMut for Checkout<'_> {
     }
 }
 
-/// A connection for one command. While the pool has a spare connection
-/// (idle, or room for a new one), the command keeps its checkout for the
-/// round trip, so concurrent commands spread over the pool's sockets. When
-/// every connection is busy, the command shares one (a multiplexed
-/// connection serves many requests at once) instead of queueing for a
-/// checkout behind other commands' replies. Broken connections met on the
-/// way are dropped from the pool.
-pub(crate) async fn checkout(
-    pool: &Pool,
+/// The client's connections: a bb8 pool, plus clones of its connections
+/// to share when every one of them is checked out.
+pub(crate) struct Pool {
+    pool: bb8::Pool<Manager>,
     max_size: u32,
-) -> Result<Checkout<'_>, bb8::RunError<RedisError>> {
-    let state = pool.state();
-    let spare = state.idle_connections > 0 || state.connections < max_size;
-    let mut tries = state.connections as usize + 1;
-    loop {
-        let pooled = pool.get().await?;
-        if pooled.is_broken() && tries > 0 {
-            // Returning it makes bb8 drop it (`has_broken`); take another.
-            drop(pooled);
-            tries -= 1;
-            continue;
+    shared: Mutex<Vec<Conn>>,
+    next: AtomicUsize,
+}
+
+impl std::fmt::Debug for Pool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Pool")
+            .field("state", &self.pool.state())
+            .field("max_size", &self.max_size)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Pool {
+    /// A connection for one command. While the pool has a spare connection
+    /// (idle, or room for a new one), the command keeps its checkout for the
+    /// round trip, so concurrent commands spread over the pool's sockets.
+    /// When every connection is checked out, the command shares one (a
+    /// multiplexed connection serves many requests at once) instead of
+    /// queueing for a checkout behind other commands' replies: the
+    /// watchdog's renewals never wait for a busy pool. Broken connections
+    /// met on the way are dropped.
+    pub(crate) async fn checkout(&self) -> Result<Checkout<'_>, bb8::RunError<RedisError>> {
+        let state = self.pool.state();
+        let spare = state.idle_connections > 0 || state.connections < self.max_size;
+        if !spare {
+            if let Some(conn) = self.shared_conn() {
+                return Ok(Checkout::Shared(conn));
+            }
         }
-        return Ok(if spare {
-            Checkout::Held(pooled)
-        } else {
-            Checkout::Shared((*pooled).clone())
-        });
+        let mut tries = state.connections as usize + 1;
+        loop {
+            let pooled = self.pool.get().await?;
+            if pooled.is_broken() && tries > 0 {
+                // Returning it makes bb8 drop it (`has_broken`); take another.
+                drop(pooled);
+                tries -= 1;
+                continue;
+            }
+            self.remember(&pooled);
+            return Ok(if spare {
+                Checkout::Held(pooled)
+            } else {
+                Checkout::Shared((*pooled).clone())
+            });
+        }
+    }
+
+    /// One of the remembered connections, in turn; broken ones are forgotten.
+    fn shared_conn(&self) -> Option<Conn> {
+        let mut shared = self.shared.lock().unwrap_or_else(|p| p.into_inner());
+        shared.retain(|c| !c.is_broken());
+        if shared.is_empty() {
+            return None;
+        }
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % shared.len();
+        Some(shared[i].clone())
+    }
+
+    fn remember(&self, conn: &Conn) {
+        let mut shared = self.shared.lock().unwrap_or_else(|p| p.into_inner());
+        let known = shared.iter().any(|c| Arc::ptr_eq(&c.broken, &conn.broken));
+        if !known && shared.len() < self.max_size as usize {
+            shared.push(conn.clone());
+        }
     }
 }
 
@@ -176,16 +220,23 @@ impl bb8::ManageConnection for Manager {
     }
 }
 
-/// The pool type used by the client.
-pub(crate) type Pool = bb8::Pool<Manager>;
-
 pub(crate) fn build_pool(manager: Manager, size: u32, connect_timeout: Duration) -> Pool {
-    bb8::Pool::builder()
+    let pool = bb8::Pool::builder()
         .max_size(size)
         .min_idle(Some(0))
         // Health is tracked per command (see `Conn::note`), not by a PING per checkout.
         .test_on_check_out(false)
+        // Connections live until they break: shared clones of them are
+        // remembered (see `Pool::checkout`), so bb8 must not retire them.
+        .idle_timeout(None)
+        .max_lifetime(None)
         .connection_timeout(connect_timeout)
         .retry_connection(false)
-        .build_unchecked(manager)
+        .build_unchecked(manager);
+    Pool {
+        pool,
+        max_size: size,
+        shared: Mutex::new(Vec::new()),
+        next: AtomicUsize::new(0),
+    }
 }

@@ -148,7 +148,7 @@ fn glob_escape(s: &str) -> String {
 async fn run_pipeline(core: &Core, pipe: &Pipeline) -> Result<Vec<Value>> {
     let limit = core.config.connect_timeout + core.config.command_timeout;
     let fut = async {
-        let mut conn = crate::connection::checkout(&core.pool, core.config.pool_size).await?;
+        let mut conn = core.pool.checkout().await?;
         Ok::<_, Error>(conn.query_pipeline(pipe).await?)
     };
     tokio::time::timeout(limit, fut)

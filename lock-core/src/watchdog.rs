@@ -281,9 +281,7 @@ async fn renew_batch(
     let keys: Vec<&str> = chunk.iter().map(|((key, _), _)| &**key).collect();
     let owners: Vec<&str> = chunk.iter().map(|((_, owner), _)| &**owner).collect();
     let cmd = script.evalsha(&keys, (lease_ms, owners));
-    let mut conn = crate::connection::checkout(&core.pool, core.config.pool_size)
-        .await
-        .map_err(Error::from)?;
+    let mut conn = core.pool.checkout().await.map_err(Error::from)?;
     let reply = script.run(&mut conn, &cmd).await?;
     let Value::Array(values) = reply else {
         return Err(Error::Protocol(format!("renew script answered {reply:?}")));
