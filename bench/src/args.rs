@@ -18,6 +18,7 @@ usage: lock-bench [options]
   --processes N        W3 processes (default 4; tasks per process = tasks / processes)
   --wd-counts LIST     numbers of locks the WD workload holds (default 10000,100000)
   --wd-watchdog-ms MS  watchdog timeout of the WD client (default 3000: renewal every 1 s)
+  --wd-in-flight N     WD acquisitions (and releases) in flight at once (default 256)
   --ref-conns N        connections of the L-min reference (default 16, lock-core's pool size)
   --threads N          tokio worker threads (default: CPUs this process may run on)
   --redis-cpu N        pin the private redis-server to CPU N (ignored with --url)
@@ -81,6 +82,7 @@ pub(crate) struct Options {
     pub(crate) processes: usize,
     pub(crate) wd_counts: Vec<usize>,
     pub(crate) wd_watchdog: Duration,
+    pub(crate) wd_in_flight: usize,
     pub(crate) ref_conns: usize,
     pub(crate) threads: Option<usize>,
     pub(crate) redis_cpu: Option<usize>,
@@ -123,6 +125,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Command, String> {
     let mut processes = None;
     let mut wd_counts = None;
     let mut wd_watchdog = None;
+    let mut wd_in_flight = None;
     let mut ref_conns = None;
     let mut threads = None;
     let mut redis_cpu = None;
@@ -164,6 +167,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Command, String> {
                 let ms = count(flag, &value()?, 300, 600_000)?;
                 wd_watchdog = Some(Duration::from_millis(ms as u64));
             }
+            "--wd-in-flight" => wd_in_flight = Some(count(flag, &value()?, 1, 65_536)?),
             "--ref-conns" => ref_conns = Some(count(flag, &value()?, 1, MAX_TASKS)?),
             "--threads" => threads = Some(count(flag, &value()?, 1, 256)?),
             "--redis-cpu" => redis_cpu = Some(count(flag, &value()?, 0, 4095)?),
@@ -212,6 +216,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Command, String> {
         processes: processes.unwrap_or(4),
         wd_counts: wd_counts.unwrap_or(def_wd),
         wd_watchdog: wd_watchdog.unwrap_or(Duration::from_secs(3)),
+        wd_in_flight: wd_in_flight.unwrap_or(256),
         ref_conns: ref_conns.unwrap_or(lock_core::DEFAULT_POOL_SIZE as usize),
         threads,
         redis_cpu,

@@ -124,8 +124,12 @@ fn run(opts: Options) -> BenchResult<ExitCode> {
     let workers = opts
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+    let load = std::fs::read_to_string("/proc/loadavg")
+        .ok()
+        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
+        .unwrap_or_else(|| "?".into());
     let setup = format!(
-        "{redis_text}; bench {} with {workers} tokio worker(s); machine has {machine_cpus} CPUs; window {:.1} s after {:.1} s warm-up{}",
+        "{redis_text}; bench {} with {workers} tokio worker(s); machine has {machine_cpus} CPUs, load average {load} at start; window {:.1} s after {:.1} s warm-up{}",
         cpus_text(opts.bench_cpu),
         opts.duration.as_secs_f64(),
         opts.warmup.as_secs_f64(),

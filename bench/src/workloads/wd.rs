@@ -19,7 +19,8 @@
 //!   `renewing_count()`, every guard's `is_held()`, and `EXISTS` on every key
 //!   (pipelined in chunks).
 //!
-//! The locks are acquired with at most 256 acquisitions in flight.
+//! The locks are acquired with at most 256 acquisitions in flight
+//! (`--wd-in-flight`).
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -32,8 +33,6 @@ use crate::report::{Extra, Measurement, WdFigures};
 use crate::stats::{cpu_ns, mono_ns};
 use crate::{redis_util, BenchResult};
 
-/// Acquisitions (and releases) in flight at once.
-const IN_FLIGHT: usize = 256;
 /// Attempts per lock while acquiring them all.
 const ACQUIRE_ATTEMPTS: u32 = 3;
 /// Renewal periods the window lasts.
@@ -67,13 +66,14 @@ impl Retries {
     }
 }
 
-/// Acquires `count` locks with at most [`IN_FLIGHT`] in flight, each with up
+/// Acquires `count` locks with at most `in_flight` in flight, each with up
 /// to [`ACQUIRE_ATTEMPTS`] attempts; returns the guards and the Redis keys.
 /// On a final failure the other workers stop, what was acquired is
 /// released, and the error says how far it got.
 async fn acquire_all(
     client: &lock_core::LockClient,
     count: usize,
+    in_flight: usize,
     retries: &Arc<Retries>,
 ) -> BenchResult<(Vec<LockGuard>, Vec<String>)> {
     let next = Arc::new(AtomicUsize::new(0));
@@ -81,7 +81,7 @@ async fn acquire_all(
     let started = mono_ns();
     type Held = Vec<(LockGuard, String)>;
     let mut set: JoinSet<(Held, Option<String>)> = JoinSet::new();
-    for _ in 0..IN_FLIGHT.min(count) {
+    for _ in 0..in_flight.min(count) {
         let client = client.clone();
         let next = next.clone();
         let failed = failed.clone();
@@ -144,16 +144,16 @@ async fn acquire_all(
     if let Some(e) = error {
         let n = guards.len();
         let secs = (mono_ns() - started) as f64 / 1e9;
-        release_all(guards).await;
+        release_all(guards, in_flight).await;
         return Err(format!("acquiring {count} locks failed after {n} in {secs:.1} s: {e}").into());
     }
     Ok((guards, keys))
 }
 
-/// Releases every guard with at most [`IN_FLIGHT`] in flight; returns how
+/// Releases every guard with at most `in_flight` in flight; returns how
 /// many releases failed.
-async fn release_all(guards: Vec<LockGuard>) -> usize {
-    let chunk = guards.len().div_ceil(IN_FLIGHT).max(1);
+async fn release_all(guards: Vec<LockGuard>, in_flight: usize) -> usize {
+    let chunk = guards.len().div_ceil(in_flight.max(1)).max(1);
     let mut set = JoinSet::new();
     let mut guards = guards.into_iter();
     loop {
@@ -242,7 +242,8 @@ pub(crate) async fn run(ctx: &Ctx, count: usize) -> BenchResult<Measurement> {
 
     let t = mono_ns();
     let retries = Arc::new(Retries::default());
-    let (guards, keys) = acquire_all(&client, count, &retries).await?;
+    let in_flight = ctx.opts.wd_in_flight;
+    let (guards, keys) = acquire_all(&client, count, in_flight, &retries).await?;
     let acquire_s = (mono_ns() - t) as f64 / 1e9;
 
     let period = watchdog / 3;
@@ -286,7 +287,7 @@ pub(crate) async fn run(ctx: &Ctx, count: usize) -> BenchResult<Measurement> {
     let guards_held = guards.iter().filter(|g| g.is_held()).count();
     let existing = count_existing(&mut conn, &keys).await?;
     let all_held = renewing == count && guards_held == count && existing == count as u64;
-    let failed_releases = release_all(guards).await;
+    let failed_releases = release_all(guards, in_flight).await;
 
     let per = |n: u64| n as f64 / periods;
     let breakdown = deltas
@@ -303,7 +304,7 @@ pub(crate) async fn run(ctx: &Ctx, count: usize) -> BenchResult<Measurement> {
         all_held,
     };
     let notes = format!(
-        "locks={count}; watchdog {} ms (period {} ms), window {periods:.2} periods; commands/period={:.0}: script calls {:.0} + commands inside scripts or sent directly {:.0} ({breakdown}); round trips/period~{:.0} (server read events, INFO stats total_reads_processed); bytes in/period={:.0}; client CPU={}% of one core (getrusage); redis-server CPU={:.1}% of one core (INFO cpu); all_held={all_held} (renewing {held_at_start} at the window's start; at its end renewing {renewing}, guards held {guards_held}, keys existing {existing}); acquire of all took {acquire_s:.2} s with {IN_FLIGHT} in flight, retried acquisitions {}; failed releases {failed_releases}",
+        "locks={count}; watchdog {} ms (period {} ms), window {periods:.2} periods; commands/period={:.0}: script calls {:.0} + commands inside scripts or sent directly {:.0} ({breakdown}); round trips/period~{:.0} (server read events, INFO stats total_reads_processed); bytes in/period={:.0}; client CPU={}% of one core (getrusage); redis-server CPU={:.1}% of one core (INFO cpu); all_held={all_held} (renewing {held_at_start} at the window's start; at its end renewing {renewing}, guards held {guards_held}, keys existing {existing}); acquire of all took {acquire_s:.2} s with {in_flight} in flight, retried acquisitions {}; failed releases {failed_releases}",
         watchdog.as_millis(),
         period.as_millis(),
         figures.commands_per_period,
