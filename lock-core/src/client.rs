@@ -106,9 +106,15 @@ impl Core {
         let (mut owner, mut epoch, mut lease_ms) = (owner.clone(), epoch, lease_ms);
         loop {
             let Some(next) = self.queues.offer(&keys.lock, &owner, epoch) else {
-                let outcome = self.release(keys, &owner, lease_ms).await;
+                let outcome = self
+                    .release(keys, &owner, lease_ms, || {
+                        self.queues.release_stalled(&keys.lock, &owner, epoch)
+                    })
+                    .await;
                 match outcome {
-                    Ok(ReleaseOutcome::HoldsRemain) => {}
+                    Ok(ReleaseOutcome::HoldsRemain) => {
+                        self.queues.still_held(&keys.lock, &owner, epoch)
+                    }
                     Ok(ReleaseOutcome::Freed { told }) => {
                         // Other clients wait too (the unlock message reached
                         // more clients than this one): this client's head
@@ -138,6 +144,7 @@ impl Core {
                         epoch: new_epoch,
                         lost: lost.clone(),
                         expires_at: next.lease.map(|lease| sent_at + lease),
+                        releasing: false,
                     };
                     let grant = Grant {
                         token,
@@ -221,14 +228,20 @@ impl Core {
     }
 
     /// Releases one hold of `owner` on the lock (no hand-off).
-    async fn release(&self, keys: &LockKeys, owner: &str, lease_ms: u64) -> Result<ReleaseOutcome> {
+    async fn release(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+        lease_ms: u64,
+        on_retry: impl Fn(),
+    ) -> Result<ReleaseOutcome> {
         let (latch, latch_ms) = self.latch(keys);
         let cmd = self.scripts.release.evalsha(
             &[keys.lock.as_str(), keys.channel.as_str(), latch.as_str()],
             (owner, lease_ms, crate::keys::UNLOCK_MESSAGE, latch_ms),
         );
         let reply = self
-            .run_with_retries(keys, &self.scripts.release, &cmd)
+            .run_with_retries(keys, &self.scripts.release, &cmd, on_retry)
             .await?;
         match reply {
             Value::Nil => Ok(ReleaseOutcome::NotHeld),
@@ -258,7 +271,7 @@ impl Core {
             (owner, lease_ms, latch_ms, next, next_lease_ms),
         );
         let reply = self
-            .run_with_retries(keys, &self.scripts.handoff, &cmd)
+            .run_with_retries(keys, &self.scripts.handoff, &cmd, || {})
             .await?;
         let pair = match &reply {
             Value::Array(items) => match items.as_slice() {
@@ -281,7 +294,13 @@ impl Core {
 
     /// Runs a release-type script, retrying transient failures with the
     /// same request (its latch makes a retry after a lost reply harmless).
-    async fn run_with_retries(&self, keys: &LockKeys, script: &Script, cmd: &Cmd) -> Result<Value> {
+    async fn run_with_retries(
+        &self,
+        keys: &LockKeys,
+        script: &Script,
+        cmd: &Cmd,
+        on_retry: impl Fn(),
+    ) -> Result<Value> {
         let deadline =
             tokio::time::Instant::now() + self.config.command_timeout * RELEASE_RETRY_WINDOW_FACTOR;
         let mut backoff = Duration::from_millis(10);
@@ -290,6 +309,7 @@ impl Core {
                 Ok(reply) => return Ok(reply),
                 Err(e) if e.is_transient() && tokio::time::Instant::now() + backoff < deadline => {
                     tracing::debug!(lock = %keys.lock, error = %e, "lock release failed; retrying");
+                    on_retry();
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_millis(500));
                 }

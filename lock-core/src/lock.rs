@@ -588,6 +588,7 @@ impl Lock {
                                 epoch,
                                 lost: lost.clone(),
                                 expires_at,
+                                releasing: false,
                             },
                             waiter_id,
                         );

@@ -47,11 +47,15 @@ pub(crate) struct Holding {
     pub(crate) lost: CancellationToken,
     /// When a fixed lease runs out (`None`: watchdog lease).
     pub(crate) expires_at: Option<Instant>,
+    /// A plain release of it is failing and being retried.
+    pub(crate) releasing: bool,
 }
 
 impl Holding {
     fn is_live(&self) -> bool {
-        !self.lost.is_cancelled() && self.expires_at.is_none_or(|t| Instant::now() < t)
+        !self.releasing
+            && !self.lost.is_cancelled()
+            && self.expires_at.is_none_or(|t| Instant::now() < t)
     }
 
     fn matches(&self, owner: &str, epoch: Option<u64>) -> bool {
@@ -298,15 +302,49 @@ impl LocalQueues {
     pub(crate) fn offer(&self, key: &str, owner: &str, epoch: Option<u64>) -> Option<Arc<Waiter>> {
         let mut map = self.locked();
         let state = map.get_mut(key)?;
-        if state.budget == 0 || !state.holding.as_ref()?.matches(owner, epoch) {
+        if !state.holding.as_ref()?.matches(owner, epoch) {
             return None;
         }
-        let head = state.queue.front_mut()?;
-        if head.offered || head.abandoned || head.waiter.owner.as_ref() == owner {
-            return None;
+        let target = match state.queue.front_mut() {
+            Some(head)
+                if state.budget > 0
+                    && !head.offered
+                    && !head.abandoned
+                    && head.waiter.owner.as_ref() != owner =>
+            {
+                head.offered = true;
+                Some(head.waiter.clone())
+            }
+            _ => None,
+        };
+        target
+    }
+
+    /// A plain release of `owner`'s holding is failing and being retried:
+    /// the head asks Redis rather than wait for it (Redis may be down, and
+    /// the release may take its whole retry window).
+    pub(crate) fn release_stalled(&self, key: &str, owner: &str, epoch: Option<u64>) {
+        let mut map = self.locked();
+        let Some(state) = map.get_mut(key) else {
+            return;
+        };
+        if let Some(h) = state.holding.as_mut().filter(|h| h.matches(owner, epoch)) {
+            h.releasing = true;
+            state.notify_head();
         }
-        head.offered = true;
-        Some(head.waiter.clone())
+    }
+
+    /// A plain release of `owner`'s holding left holds in place: the
+    /// holding goes on (and is waited for again).
+    pub(crate) fn still_held(&self, key: &str, owner: &str, epoch: Option<u64>) {
+        if let Some(h) = self
+            .locked()
+            .get_mut(key)
+            .and_then(|s| s.holding.as_mut())
+            .filter(|h| h.matches(owner, epoch))
+        {
+            h.releasing = false;
+        }
     }
 
     /// The hand-off to `waiter` happened. Returns true when the waiter had
@@ -405,6 +443,7 @@ mod tests {
             epoch: new_epoch(),
             lost: CancellationToken::new(),
             expires_at: None,
+            releasing: false,
         }
     }
 

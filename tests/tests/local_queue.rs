@@ -295,3 +295,23 @@ async fn clients_take_turns_on_a_contended_lock() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_local_release_failing_with_redis_down_is_not_reported_as_busy() {
+    let mut e = env(30_000);
+    let lock = e.client.lock("down").expect("name");
+    let guard = lock.acquire().await.expect("holder");
+    e.server.kill();
+    // Released in the background: with Redis gone, the release fails and
+    // is retried for a while. A local waiter must not queue behind it and
+    // time out as "busy": it asks Redis and gets the Redis failure.
+    drop(guard);
+    let err = within(
+        Duration::from_secs(10),
+        "acquire with Redis down",
+        lock.acquire_timeout(Duration::from_secs(1)),
+    )
+    .await
+    .expect_err("redis is down");
+    assert!(!err.is_wait_timeout(), "reported as busy: {err}");
+}
