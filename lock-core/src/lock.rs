@@ -360,7 +360,6 @@ impl Lock {
             }
         };
         let mut subscription: Option<Arc<Subscription>> = None;
-        let mut first_pttl_ms: Option<i64> = None;
         loop {
             let turn = queues.turn(&self.keys.lock, waiter);
             if let Turn::Granted(grant) = turn {
@@ -437,7 +436,6 @@ impl Lock {
                             // Subscribe first, then retry: an unlock after
                             // the retry wakes us.
                             tracing::debug!("lock busy; waiting");
-                            first_pttl_ms.get_or_insert(pttl_ms);
                             let mut sub = self.client.inner.pubsub.subscribe(&self.keys.channel);
                             // Do not wait for the subscription longer than
                             // the holder has left.

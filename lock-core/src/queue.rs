@@ -216,9 +216,14 @@ impl LocalQueues {
                 lost: h.lost.clone(),
                 expires_at: h.expires_at,
             },
-            None if state.step_back_until.is_some_and(|t| Instant::now() < t) => Turn::StepBack {
-                until: state.step_back_until.unwrap_or_else(Instant::now),
-                subscription: state.subscription.clone(),
+            None => match state.step_back_until.filter(|t| Instant::now() < *t) {
+                Some(until) => Turn::StepBack {
+                    until,
+                    subscription: state.subscription.clone(),
+                },
+                None => Turn::Contend {
+                    subscription: state.subscription.clone(),
+                },
             },
             _ => Turn::Contend {
                 subscription: state.subscription.clone(),

@@ -6,7 +6,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::time::Duration;
 
 use common::{cmd, raw};
@@ -21,25 +21,7 @@ const ROUNDS: &str = "LOCK_TEST_ROUNDS";
 const WATCHDOG_MS: &str = "LOCK_TEST_WATCHDOG_MS";
 
 fn spawn_child(envs: &[(&str, String)]) -> Child {
-    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("current_exe: {e}"));
-    let mut command = Command::new(exe);
-    command
-        .args([
-            "--ignored",
-            "--exact",
-            "child_process",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    for (k, v) in envs {
-        command.env(k, v);
-    }
-    command
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn child: {e}"))
+    common::spawn_child(envs, Stdio::null())
 }
 
 fn env_var(name: &str) -> String {

@@ -10,7 +10,7 @@
 mod common;
 
 use std::io::{BufRead, BufReader, Read};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Stdio};
 use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -477,25 +477,7 @@ fn child_process() {
 }
 
 fn spawn_child(envs: &[(&str, String)]) -> Child {
-    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("current_exe: {e}"));
-    let mut command = Command::new(exe);
-    command
-        .args([
-            "--ignored",
-            "--exact",
-            "child_process",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit());
-    for (k, v) in envs {
-        command.env(k, v);
-    }
-    command
-        .spawn()
-        .unwrap_or_else(|e| panic!("spawn child: {e}"))
+    common::spawn_child(envs, Stdio::piped())
 }
 
 /// Waits (bounded) for the child's exit; kills it when it overstays.

@@ -2,6 +2,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 use std::future::Future;
+use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use lock_core::LockClient;
@@ -81,4 +82,29 @@ pub async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>
         Ok(v) => v,
         Err(_) => panic!("{what}: not done within {limit:?}"),
     }
+}
+
+/// Re-runs this test binary as a child process that runs only the ignored
+/// test `child_process` (the suite's child entry point), with `envs` set,
+/// stdout piped and `stdin` as given.
+pub fn spawn_child(envs: &[(&str, String)], stdin: Stdio) -> Child {
+    let exe = std::env::current_exe().unwrap_or_else(|e| panic!("current_exe: {e}"));
+    let mut command = Command::new(exe);
+    command
+        .args([
+            "--ignored",
+            "--exact",
+            "child_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .stdin(stdin)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit());
+    for (k, v) in envs {
+        command.env(k, v);
+    }
+    command
+        .spawn()
+        .unwrap_or_else(|e| panic!("spawn child: {e}"))
 }
