@@ -12,10 +12,11 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{ClientBuilder, ClientConfig, ErrorHook};
 use crate::connection::{build_pool, Manager, Pool};
 use crate::error::{Error, Result};
+use crate::hold::Hold;
 use crate::keys::LockKeys;
 use crate::lock::Lock;
 use crate::pubsub::PubSub;
-use crate::queue::{new_epoch, Grant, Holding, LocalQueues};
+use crate::queue::LocalQueues;
 use crate::scripts::{Script, Scripts};
 use crate::watchdog::Watchdog;
 
@@ -31,6 +32,8 @@ const STEP_BACK_MAX: Duration = Duration::from_millis(50);
 /// the tasks end when the last client handle and guard are gone.
 pub(crate) struct Core {
     pub(crate) config: ClientConfig,
+    /// The random id of the client: every hold's owner id starts with it.
+    pub(crate) client_id: Arc<str>,
     pub(crate) pool: Pool,
     pub(crate) scripts: Scripts,
     /// Waiters of this client, per lock, and its current holdings.
@@ -39,9 +42,10 @@ pub(crate) struct Core {
     rtt_us: AtomicU64,
     /// State of the random draw in `race_jitter`.
     jitter_state: AtomicU64,
-    /// Release request ids: this random prefix and a sequence number.
-    release_id_prefix: String,
-    release_seq: AtomicU64,
+    /// Request ids (releases, re-entries): this random prefix and a
+    /// sequence number.
+    request_id_prefix: String,
+    request_seq: AtomicU64,
     error_hook: Option<ErrorHook>,
 }
 
@@ -88,10 +92,48 @@ impl Core {
         }
     }
 
-    /// Releases one hold of `owner`'s holding `epoch` (`None`: whatever
-    /// holding `owner` has), handing the lock to the next local waiter when
-    /// there is one and the streak allows it. Returns Ok(true) when the
-    /// owner held the lock, Ok(false) when it did not.
+    /// An owner id no hold ever had: `"<client-id>:<n>"`.
+    pub(crate) fn new_owner(&self) -> Arc<str> {
+        Arc::from(format!(
+            "{}:{}",
+            self.client_id,
+            crate::context::fresh_owner_number()
+        ))
+    }
+
+    /// A request id no other request of any client has.
+    pub(crate) fn request_id(&self) -> String {
+        // Unique across clients (random prefix) and requests (sequence),
+        // without a call into the OS's random source per request.
+        let seq = self.request_seq.fetch_add(1, Ordering::Relaxed);
+        format!("{}:{seq}", self.request_id_prefix)
+    }
+
+    /// How long fencing-token keys live after the last token drawn.
+    pub(crate) fn token_retention_ms(&self) -> u64 {
+        duration_ms(self.config.token_retention)
+    }
+
+    /// How long a request's latch must live: past the last retry or
+    /// cancellation that can reach Redis.
+    pub(crate) fn latch_ms(&self) -> u64 {
+        let window = self.config.command_timeout * RELEASE_RETRY_WINDOW_FACTOR;
+        duration_ms(window + self.config.connect_timeout + self.config.command_timeout * 2)
+            .max(1000)
+    }
+
+    /// How long a cancelled acquisition's latch refuses a late copy of it:
+    /// a request held up in the network may arrive long after it was given
+    /// up, so at least twice the longest lease it could have asked for.
+    fn cancel_latch_ms(&self, lease_ms: u64) -> u64 {
+        self.latch_ms()
+            .max(lease_ms.saturating_mul(2))
+            .max(duration_ms(self.config.watchdog_timeout) * 2)
+    }
+
+    /// Releases one count of the hold `owner`, handing the lock to the next
+    /// local waiter when there is one and the streak allows it. Returns
+    /// Ok(true) when the hold existed, Ok(false) when it did not.
     ///
     /// Call it from a task of its own: it must run to the end, or a waiter
     /// picked for a hand-off would wait for a decision that never comes.
@@ -99,22 +141,19 @@ impl Core {
         &self,
         keys: &LockKeys,
         owner: &Arc<str>,
-        epoch: Option<u64>,
         lease_ms: u64,
     ) -> Result<bool> {
         let mut first: Option<Result<bool>> = None;
-        let (mut owner, mut epoch, mut lease_ms) = (owner.clone(), epoch, lease_ms);
+        let (mut owner, mut lease_ms) = (owner.clone(), lease_ms);
         loop {
-            let Some(next) = self.queues.offer(&keys.lock, &owner, epoch) else {
+            let Some(next) = self.queues.offer(&keys.lock, &owner) else {
                 let outcome = self
                     .release(keys, &owner, lease_ms, || {
-                        self.queues.release_stalled(&keys.lock, &owner, epoch)
+                        self.queues.release_stalled(&keys.lock, &owner)
                     })
                     .await;
                 match outcome {
-                    Ok(ReleaseOutcome::HoldsRemain) => {
-                        self.queues.still_held(&keys.lock, &owner, epoch)
-                    }
+                    Ok(ReleaseOutcome::HoldsRemain) => self.queues.still_held(&keys.lock, &owner),
                     Ok(ReleaseOutcome::Freed { told }) => {
                         // Other clients wait too (the unlock message reached
                         // more clients than this one): this client's head
@@ -123,44 +162,47 @@ impl Core {
                         let others_wait = told > usize::from(self.queues.is_subscribed(&keys.lock));
                         let step_back = others_wait.then(|| self.step_back_window());
                         self.queues
-                            .ended_stepping_back(&keys.lock, &owner, epoch, step_back);
+                            .ended_stepping_back(&keys.lock, &owner, step_back);
                     }
-                    _ => self.queues.ended(&keys.lock, &owner, epoch),
+                    _ => self.queues.ended(&keys.lock, &owner),
                 }
                 let result = outcome.map(|o| o != ReleaseOutcome::NotHeld);
                 return first.unwrap_or(result);
             };
+            let next_lease = next.lease.unwrap_or(self.config.watchdog_timeout);
             let next_lease_ms = crate::lock::lease_ms(next.lease, self.config.watchdog_timeout);
+            let next_owner = self.new_owner();
             let sent_at = tokio::time::Instant::now();
             match self
-                .hand_off(keys, &owner, lease_ms, &next.owner, next_lease_ms)
+                .hand_off(keys, &owner, lease_ms, &next_owner, next_lease_ms)
                 .await
             {
                 Ok(HandOff::Given { token }) => {
-                    let lost = CancellationToken::new();
-                    let new_epoch = new_epoch();
-                    let holding = Holding {
-                        owner: next.owner.clone(),
-                        epoch: new_epoch,
-                        lost: lost.clone(),
-                        expires_at: next.lease.map(|lease| sent_at + lease),
-                        releasing: false,
+                    let Some(hold) =
+                        Hold::granted(next_owner.clone(), token, next.context, sent_at, next_lease)
+                    else {
+                        // The hand-off's reply came after the new hold's
+                        // validity: nobody may use it. Free the lock.
+                        tracing::debug!(lock = %keys.lock, "hand-off confirmed too late; freeing the lock");
+                        self.queues.withdraw(&keys.lock, &next);
+                        self.queues.ended(&keys.lock, &owner);
+                        let request = keys.latch(&next_owner);
+                        let undone = self
+                            .cancel(keys, &next_owner, CancelMode::New, &request, next_lease_ms)
+                            .await;
+                        if let Err(e) = undone {
+                            tracing::warn!(lock = %keys.lock, error = %e, "freeing a late hand-off failed; the lock expires with its lease");
+                        }
+                        return first.unwrap_or(Ok(true));
                     };
-                    let grant = Grant {
-                        token,
-                        epoch: new_epoch,
-                        lost,
-                        sent_at,
-                    };
-                    tracing::debug!(lock = %keys.lock, from = %owner, to = %next.owner, token, "lock handed off");
-                    let abandoned = self.queues.handed_off(&keys.lock, &next, grant, holding);
+                    tracing::debug!(lock = %keys.lock, from = %owner, to = %next_owner, token, "lock handed off");
+                    let abandoned = self.queues.handed_off(&keys.lock, &next, hold);
                     let done = first.get_or_insert(Ok(true));
                     if !abandoned {
                         return std::mem::replace(done, Ok(true));
                     }
                     // The waiter is gone: release its new hold (or pass it on).
-                    owner = next.owner.clone();
-                    epoch = Some(new_epoch);
+                    owner = next_owner;
                     lease_ms = next_lease_ms;
                 }
                 Ok(HandOff::HoldsRemain) => {
@@ -169,15 +211,50 @@ impl Core {
                 }
                 Ok(HandOff::NotHeld) => {
                     self.queues.withdraw(&keys.lock, &next);
-                    self.queues.ended(&keys.lock, &owner, epoch);
+                    self.queues.ended(&keys.lock, &owner);
                     return first.unwrap_or(Ok(false));
                 }
                 Err(e) => {
                     self.queues.withdraw(&keys.lock, &next);
-                    self.queues.ended(&keys.lock, &owner, epoch);
+                    self.queues.ended(&keys.lock, &owner);
                     return first.unwrap_or(Err(e));
                 }
             }
+        }
+    }
+
+    /// Cancels an acquisition whose outcome is unknown (see `cancel.lua`):
+    /// undone if Redis applied it, refused if it arrives later. `latch` is
+    /// the request's latch key. Returns whether something was undone.
+    pub(crate) async fn cancel(
+        &self,
+        keys: &LockKeys,
+        owner: &str,
+        mode: CancelMode,
+        latch: &str,
+        lease_ms: u64,
+    ) -> Result<bool> {
+        let cmd = self.scripts.cancel.evalsha(
+            &[keys.lock.as_str(), keys.channel.as_str(), latch],
+            (
+                owner,
+                mode.as_arg(),
+                crate::keys::UNLOCK_MESSAGE,
+                self.cancel_latch_ms(lease_ms),
+            ),
+        );
+        let reply = self
+            .run_with_retries(keys, &self.scripts.cancel, &cmd, || {})
+            .await?;
+        match reply {
+            Value::Int(n) => {
+                if n == 1 {
+                    tracing::debug!(lock = %keys.lock, owner, "an acquisition with a lost reply was undone");
+                    self.queues.ended(&keys.lock, owner);
+                }
+                Ok(n == 1)
+            }
+            other => Err(Error::Protocol(format!("cancel script answered {other:?}"))),
         }
     }
 
@@ -213,18 +290,9 @@ impl Core {
         Duration::from_micros(random % rtt_us.saturating_mul(2).max(1))
     }
 
-    /// The latch key and lifetime of one release request: the latch must
-    /// outlive the last retry that can reach Redis.
+    /// The latch key and lifetime of one new release request.
     fn latch(&self, keys: &LockKeys) -> (String, u64) {
-        // Unique across clients (random prefix) and requests (sequence),
-        // without a call into the OS's random source per release.
-        let seq = self.release_seq.fetch_add(1, Ordering::Relaxed);
-        let request_id = format!("{}:{seq}", self.release_id_prefix);
-        let window = self.config.command_timeout * RELEASE_RETRY_WINDOW_FACTOR;
-        let latch_ms = (window + self.config.connect_timeout + self.config.command_timeout * 2)
-            .as_millis()
-            .max(1000) as u64;
-        (keys.latch(&request_id), latch_ms)
+        (keys.latch(&self.request_id()), self.latch_ms())
     }
 
     /// Releases one hold of `owner` on the lock (no hand-off).
@@ -268,7 +336,14 @@ impl Core {
         let (latch, latch_ms) = self.latch(keys);
         let cmd = self.scripts.handoff.evalsha(
             &[keys.lock.as_str(), keys.token.as_str(), latch.as_str()],
-            (owner, lease_ms, latch_ms, next, next_lease_ms),
+            (
+                owner,
+                lease_ms,
+                latch_ms,
+                next,
+                next_lease_ms,
+                self.token_retention_ms(),
+            ),
         );
         let reply = self
             .run_with_retries(keys, &self.scripts.handoff, &cmd, || {})
@@ -338,19 +413,55 @@ enum HandOff {
     Given { token: u64 },
 }
 
-/// A release that no caller awaits: a dropped guard, a cancelled acquire.
+/// Which kind of acquisition a cancellation undoes (see `cancel.lua`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum CancelMode {
+    /// A fresh acquisition (or hand-off) of a new hold.
+    New,
+    /// A re-entry of an existing hold.
+    Reentry,
+}
+
+impl CancelMode {
+    pub(crate) fn as_arg(self) -> &'static str {
+        match self {
+            CancelMode::New => "new",
+            CancelMode::Reentry => "re",
+        }
+    }
+}
+
+/// Work that no caller awaits: a dropped guard's release, the cancellation
+/// of an acquisition whose reply was lost.
 #[derive(Debug)]
-pub(crate) struct ReleaseJob {
-    pub(crate) keys: Arc<LockKeys>,
-    pub(crate) owner: Arc<str>,
-    /// The holding to release (`None`: whatever holding the owner has).
-    pub(crate) epoch: Option<u64>,
-    pub(crate) lease_ms: u64,
+pub(crate) enum ReleaseJob {
+    /// Release one count of the hold `owner`.
+    Release {
+        keys: Arc<LockKeys>,
+        owner: Arc<str>,
+        lease_ms: u64,
+    },
+    /// Cancel an acquisition of the hold `owner` whose outcome is unknown.
+    Cancel {
+        keys: Arc<LockKeys>,
+        owner: Arc<str>,
+        mode: CancelMode,
+        /// The request's latch key.
+        latch: String,
+        lease_ms: u64,
+    },
+}
+
+impl ReleaseJob {
+    fn keys(&self) -> &LockKeys {
+        match self {
+            ReleaseJob::Release { keys, .. } | ReleaseJob::Cancel { keys, .. } => keys,
+        }
+    }
 }
 
 pub(crate) struct ClientInner {
     pub(crate) core: Arc<Core>,
-    pub(crate) client_id: String,
     pub(crate) watchdog: Watchdog,
     pub(crate) pubsub: PubSub,
     releases: mpsc::UnboundedSender<ReleaseJob>,
@@ -393,7 +504,7 @@ pub struct LockClient {
 impl std::fmt::Debug for LockClient {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LockClient")
-            .field("client_id", &self.inner.client_id)
+            .field("client_id", &self.inner.core.client_id)
             .field("config", &self.inner.core.config)
             .finish_non_exhaustive()
     }
@@ -443,13 +554,14 @@ impl LockClient {
         let pool = build_pool(manager, config.pool_size, config.connect_timeout);
         let shutdown = CancellationToken::new();
         let core = Arc::new(Core {
+            client_id: Arc::from(uuid::Uuid::new_v4().to_string()),
             pool,
             scripts: Scripts::new(),
             queues: LocalQueues::default(),
             rtt_us: AtomicU64::new(1000),
             jitter_state: AtomicU64::new(uuid::Uuid::new_v4().as_u128() as u64),
-            release_id_prefix: uuid::Uuid::new_v4().simple().to_string(),
-            release_seq: AtomicU64::new(1),
+            request_id_prefix: uuid::Uuid::new_v4().simple().to_string(),
+            request_seq: AtomicU64::new(1),
             error_hook,
             config,
         });
@@ -465,7 +577,6 @@ impl LockClient {
         Ok(LockClient {
             inner: Arc::new(ClientInner {
                 core,
-                client_id: uuid::Uuid::new_v4().to_string(),
                 watchdog,
                 pubsub,
                 releases,
@@ -516,7 +627,7 @@ impl LockClient {
     /// # }
     /// ```
     pub fn client_id(&self) -> &str {
-        &self.inner.client_id
+        &self.inner.core.client_id
     }
 
     /// The configuration this client was built with.
@@ -541,14 +652,10 @@ impl LockClient {
         self.inner.watchdog.len()
     }
 
-    pub(crate) fn owner_id(&self, n: u64) -> Arc<str> {
-        Arc::from(format!("{}:{n}", self.inner.client_id))
-    }
-
     /// Hands a release to the background task (from `Drop`, without awaiting).
     pub(crate) fn release_in_background(&self, job: ReleaseJob) {
         if let Err(mpsc::error::SendError(job)) = self.inner.releases.send(job) {
-            tracing::warn!(lock = %job.keys.lock, "lock client is shutting down; the lock will expire with its lease");
+            tracing::warn!(lock = %job.keys().lock, "lock client is shutting down; the lock will expire with its lease");
         }
     }
 }
@@ -557,18 +664,33 @@ async fn release_worker(core: Arc<Core>, mut jobs: mpsc::UnboundedReceiver<Relea
     while let Some(job) = jobs.recv().await {
         let core = core.clone();
         tokio::spawn(async move {
-            match core
-                .release_hold(&job.keys, &job.owner, job.epoch, job.lease_ms)
-                .await
-            {
-                Ok(held) => {
-                    tracing::debug!(lock = %job.keys.lock, was_held = held, "lock released in background")
+            let outcome = match &job {
+                ReleaseJob::Release {
+                    keys,
+                    owner,
+                    lease_ms,
+                } => core.release_hold(keys, owner, *lease_ms).await,
+                ReleaseJob::Cancel {
+                    keys,
+                    owner,
+                    mode,
+                    latch,
+                    lease_ms,
+                } => core.cancel(keys, owner, *mode, latch, *lease_ms).await,
+            };
+            match outcome {
+                Ok(done) => {
+                    tracing::debug!(lock = %job.keys().lock, done, "lock released in background")
                 }
                 Err(e) => {
-                    tracing::warn!(lock = %job.keys.lock, error = %e, "background lock release failed; the lock expires with its lease");
+                    tracing::warn!(lock = %job.keys().lock, error = %e, "background lock release failed; the lock expires with its lease");
                     core.report(&e);
                 }
             }
         });
     }
+}
+
+fn duration_ms(d: Duration) -> u64 {
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
 }

@@ -17,6 +17,9 @@ pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default maximum length of a lock name in bytes (prefix included).
 pub const DEFAULT_MAX_NAME_LEN: usize = 1024;
+/// Default time a lock's last fencing token is kept in Redis after it was
+/// drawn (see [`ClientBuilder::token_retention`]).
+pub const DEFAULT_TOKEN_RETENTION: Duration = Duration::from_secs(60);
 
 /// Longest accepted lease (explicit or watchdog timeout): 365 days. Longer
 /// values overflow what Redis accepts for PEXPIRE once added to the clock.
@@ -57,6 +60,9 @@ pub struct ClientConfig {
     pub command_timeout: Duration,
     /// Longest accepted lock name in bytes, prefix included. Default 1024.
     pub max_name_len: usize,
+    /// How long a lock's last fencing token is kept in Redis after it was
+    /// drawn. Default 60 s.
+    pub token_retention: Duration,
 }
 
 impl ClientConfig {
@@ -75,6 +81,7 @@ impl ClientConfig {
             connect_timeout: DEFAULT_CONNECT_TIMEOUT,
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             max_name_len: DEFAULT_MAX_NAME_LEN,
+            token_retention: DEFAULT_TOKEN_RETENTION,
         }
     }
 
@@ -104,6 +111,11 @@ impl ClientConfig {
         }
         positive("connect_timeout", self.connect_timeout)?;
         positive("command_timeout", self.command_timeout)?;
+        if self.token_retention < Duration::from_millis(1) {
+            return Err(Error::InvalidArgument(
+                "token_retention must be at least 1ms".into(),
+            ));
+        }
         if self.max_name_len == 0 {
             return Err(Error::InvalidArgument(
                 "max_name_len must be at least 1".into(),
@@ -278,6 +290,28 @@ impl ClientBuilder {
     /// ```
     pub fn max_name_len(mut self, len: usize) -> Self {
         self.config.max_name_len = len;
+        self
+    }
+
+    /// How long a lock's last fencing token is kept in Redis after it was
+    /// drawn (default 60 s).
+    ///
+    /// Fencing tokens are a hybrid logical clock on the Redis server's
+    /// `TIME`: a new token is `max(last token + 1, server time in µs)`. The
+    /// last token is only needed while the server clock could be behind it
+    /// (several tokens in one microsecond, a clock stepped back); after
+    /// this retention its key expires, so lock names no longer used cost
+    /// no memory, and the clock alone keeps tokens growing — also after a
+    /// restart that lost every key. Keep it longer than any backward step
+    /// of the Redis server's clock you want to survive.
+    ///
+    /// ```
+    /// let b = lock_core::ClientBuilder::new("redis://h")
+    ///     .token_retention(std::time::Duration::from_secs(600));
+    /// # let _ = b;
+    /// ```
+    pub fn token_retention(mut self, retention: std::time::Duration) -> Self {
+        self.config.token_retention = retention;
         self
     }
 

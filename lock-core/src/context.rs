@@ -1,16 +1,32 @@
 //! Lock contexts: who owns a lock, in async code.
 //!
 //! Java ties a lock's ownership to a thread; tokio tasks move between
-//! threads, so here ownership is tied to a *lock context*, a task-local
-//! owner number. Acquiring a lock that the current context already holds
-//! re-enters it (hold count + 1, no waiting). Outside any context, every
-//! acquisition gets a fresh owner, so two guards never share ownership by
-//! accident. A spawned task starts with no context, like a new thread; to
-//! carry one into a task, take [`LockContext::current`] and
-//! [`scope`](LockContext::scope) the task's future with it.
+//! threads, so here re-entry is tied to a *lock context*, a task-local
+//! value. Two kinds of re-entry exist:
+//!
+//! - **Sections** (what `#[distributed_lock]` and lock-tower's layer use):
+//!   a hold taken for a section is re-entered only by acquisitions *nested*
+//!   in that section, i.e. made while the section's future runs
+//!   ([`LockContext::enter`]). Sibling futures of one task (`join!`,
+//!   `select!`) are not nested in each other: they exclude each other.
+//! - **The manual API in an open context** ([`in_context`],
+//!   [`LockContext::scope`]): a hold taken by a manual acquisition inside a
+//!   context is re-entered by every later acquisition of the same lock in
+//!   that context, like a Java thread re-entering its own lock — siblings
+//!   joined inside the context included.
+//!
+//! Outside any context, every acquisition is a new hold, so two guards
+//! never share a lock by accident. A spawned task starts with no context,
+//! like a new thread; to carry one into a task, take
+//! [`LockContext::current`] and [`scope`](LockContext::scope) the task's
+//! future with it.
 
 use std::future::Future;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use crate::guard::LockGuard;
+use crate::hold::Hold;
 
 tokio::task_local! {
     static CURRENT: LockContext;
@@ -24,7 +40,8 @@ pub(crate) fn fresh_owner_number() -> u64 {
     NEXT_OWNER.fetch_add(1, Ordering::Relaxed)
 }
 
-/// A lock owner for async code: the `n` in the owner id `"<client-uuid>:<n>"`.
+/// A lock context: the task-local scope in which acquisitions re-enter
+/// holds (see the [module docs](crate::LockContext) and [`in_context`]).
 ///
 /// ```
 /// use lock_core::LockContext;
@@ -38,9 +55,54 @@ pub(crate) fn fresh_owner_number() -> u64 {
 /// assert_eq!(seen, Some(id));
 /// # }
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+#[derive(Clone)]
 pub struct LockContext {
     id: u64,
+    /// The sections this context runs nested in, innermost first.
+    sections: Option<Arc<Section>>,
+}
+
+/// A held section: acquisitions of `key` on the client `client_id` nested
+/// in it re-enter `hold`.
+struct Section {
+    client_id: Arc<str>,
+    key: Arc<str>,
+    hold: Arc<Hold>,
+    parent: Option<Arc<Section>>,
+}
+
+impl PartialEq for LockContext {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+            && match (&self.sections, &other.sections) {
+                (None, None) => true,
+                (Some(a), Some(b)) => Arc::ptr_eq(a, b),
+                _ => false,
+            }
+    }
+}
+
+impl Eq for LockContext {}
+
+impl std::hash::Hash for LockContext {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.id.hash(state);
+    }
+}
+
+impl std::fmt::Debug for LockContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let mut keys = Vec::new();
+        let mut next = self.sections.as_deref();
+        while let Some(section) = next {
+            keys.push(&*section.key);
+            next = section.parent.as_deref();
+        }
+        f.debug_struct("LockContext")
+            .field("id", &self.id)
+            .field("sections", &keys)
+            .finish()
+    }
 }
 
 impl LockContext {
@@ -54,10 +116,11 @@ impl LockContext {
     pub fn new() -> Self {
         LockContext {
             id: fresh_owner_number(),
+            sections: None,
         }
     }
 
-    /// The owner number of this context.
+    /// The number of this context (unique in the process).
     ///
     /// ```
     /// assert!(lock_core::LockContext::new().id() > 0);
@@ -96,6 +159,54 @@ impl LockContext {
     pub fn scope<F: Future>(self, fut: F) -> impl Future<Output = F::Output> {
         CURRENT.scope(self, fut)
     }
+
+    /// This context with `guard`'s hold as a section: acquisitions of the
+    /// guard's lock made while a future [`scope`](LockContext::scope)d with
+    /// the returned context runs re-enter the guard's hold (nested calls),
+    /// while sibling futures outside it do not. `#[distributed_lock]` and
+    /// lock-tower's layer run the locked body this way; acquire for a
+    /// section with [`AcquireOptions::for_section`](crate::AcquireOptions::for_section).
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: lock_core::Lock) -> lock_core::Result<()> {
+    /// use lock_core::{AcquireOptions, LockContext};
+    ///
+    /// let ctx = LockContext::current().unwrap_or_else(LockContext::new);
+    /// let guard = ctx.clone().scope(lock.acquire_with(AcquireOptions::new().for_section())).await?;
+    /// let section = ctx.enter(&guard);
+    /// section
+    ///     .scope(async {
+    ///         let nested = lock.acquire().await?; // nested: re-enters the section's hold
+    ///         nested.release().await
+    ///     })
+    ///     .await?;
+    /// guard.release().await
+    /// # }
+    /// ```
+    pub fn enter(&self, guard: &LockGuard) -> LockContext {
+        let (client_id, key, hold) = guard.section_parts();
+        LockContext {
+            id: self.id,
+            sections: Some(Arc::new(Section {
+                client_id,
+                key,
+                hold,
+                parent: self.sections.clone(),
+            })),
+        }
+    }
+
+    /// The hold of the innermost section of `key` on client `client_id`.
+    pub(crate) fn section_hold(&self, client_id: &str, key: &str) -> Option<Arc<Hold>> {
+        let mut next = self.sections.as_deref();
+        while let Some(section) = next {
+            if &*section.key == key && &*section.client_id == client_id {
+                return Some(section.hold.clone());
+            }
+            next = section.parent.as_deref();
+        }
+        None
+    }
 }
 
 /// Runs `fut` in the current lock context, opening a new one when none is
@@ -124,31 +235,27 @@ pub async fn in_context<F: Future>(fut: F) -> F::Output {
     }
 }
 
-/// The owner number for an acquisition made now: the current context's, or
-/// a fresh one.
-pub(crate) fn owner_number_for_acquire() -> u64 {
-    LockContext::current()
-        .map(|c| c.id)
-        .unwrap_or_else(fresh_owner_number)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    #[tokio::test]
-    async fn fresh_owners_differ_outside_a_context() {
-        assert_ne!(owner_number_for_acquire(), owner_number_for_acquire());
+    #[test]
+    fn fresh_owner_numbers_differ() {
+        assert_ne!(fresh_owner_number(), fresh_owner_number());
     }
 
     #[tokio::test]
-    async fn the_same_context_gives_the_same_owner() {
+    async fn the_same_context_is_seen_inside_its_scope() {
         let ctx = LockContext::new();
         let id = ctx.id();
         let (a, b) = ctx
-            .scope(async { (owner_number_for_acquire(), owner_number_for_acquire()) })
+            .scope(async {
+                let a = LockContext::current().map(|c| c.id());
+                let b = LockContext::current().map(|c| c.id());
+                (a, b)
+            })
             .await;
-        assert_eq!((a, b), (id, id));
+        assert_eq!((a, b), (Some(id), Some(id)));
     }
 
     #[tokio::test]

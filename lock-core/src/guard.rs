@@ -1,79 +1,50 @@
 //! The guard of a held lock: fencing token, lost-lock signal, release.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
-
 use crate::client::ReleaseJob;
 use crate::error::{Error, Result};
+use crate::hold::Hold;
 use crate::lock::{lease_ms, Lock};
-
-static NEXT_GUARD_ID: AtomicU64 = AtomicU64::new(1);
-
-/// How the lock is kept alive.
-#[derive(Clone, Copy, Debug)]
-pub(crate) enum Lease {
-    /// Renewed by the client's watchdog.
-    Watchdog,
-    /// Fixed: the key expires at `expires_at` (measured from when the
-    /// acquire request was sent, so never later than Redis' own expiry).
-    Fixed {
-        lease: Duration,
-        expires_at: Instant,
-    },
-}
 
 #[derive(Debug)]
 struct Held {
     lock: Lock,
-    owner: Arc<str>,
-    /// The lock key shared with the watchdog entry.
-    watch_key: Option<Arc<str>>,
-    token: u64,
-    lease: Lease,
-    lost: CancellationToken,
-    id: u64,
-    /// Which holding of `owner` this guard belongs to (see `queue`).
-    epoch: u64,
+    /// The hold this guard is one count of (shared with re-entrant guards).
+    hold: Arc<Hold>,
+    /// The fixed lease asked for, or `None`: renewed by the watchdog.
+    lease: Option<Duration>,
 }
 
 impl Held {
     fn stop_renewal(&self) {
-        if let Some(key) = &self.watch_key {
+        if self.lease.is_none() {
             self.lock
                 .client
                 .inner
                 .watchdog
-                .unregister(key, &self.owner, self.id);
+                .unregister(&self.lock.keys.lock, &self.hold.owner);
         }
     }
 
-    /// Known lost: a renewal found it gone, renewals failed until the lease
-    /// ran out, or a fixed lease ran out. Releasing it in Redis could only
-    /// take a hold that a later acquisition of the same owner made.
-    fn known_lost(&self) -> bool {
-        self.lost.is_cancelled()
-            || matches!(self.lease, Lease::Fixed { expires_at, .. } if Instant::now() >= expires_at)
-    }
-
-    /// Tells the client's local queue that this holding is over without a
-    /// release in Redis (it was lost).
+    /// The hold is known to be gone from Redis (a renewal or re-entry found
+    /// it missing): tells the local queue, without a call to Redis.
     fn forget(&self) {
-        self.lock.client.inner.core.queues.ended(
-            &self.lock.keys.lock,
-            &self.owner,
-            Some(self.epoch),
-        );
+        self.lock
+            .client
+            .inner
+            .core
+            .queues
+            .ended(&self.lock.keys.lock, &self.hold.owner);
     }
 
+    /// The lease the hold's remaining counts keep after this release.
     fn lease_ms(&self) -> u64 {
-        match self.lease {
-            Lease::Watchdog => lease_ms(None, self.lock.client.inner.core.config.watchdog_timeout),
-            Lease::Fixed { lease, .. } => lease_ms(Some(lease), lease),
-        }
+        lease_ms(
+            self.lease,
+            self.lock.client.inner.core.config.watchdog_timeout,
+        )
     }
 }
 
@@ -82,11 +53,16 @@ impl Held {
 /// in the background (early return, `?`, panic, cancelled future), so a lock
 /// is never left behind until its lease runs out.
 ///
+/// A guard is valid until a local deadline: the send time of the last
+/// acquire or renewal Redis confirmed, plus the lease, minus a drift margin
+/// of 1 % of the lease + 2 ms. [`is_held`](LockGuard::is_held) compares that
+/// deadline with the monotonic clock and [`lost`](LockGuard::lost) is a
+/// timer at it, so a partition, a paused Redis or a blocked runtime can
+/// never make a guard say "held" after its lease may have run out in Redis.
 /// While a watchdog-leased guard lives, the client renews its lock every
-/// third of the watchdog timeout. If a renewal finds the lock gone
-/// (expired, force-unlocked, lost in a Redis restart or failover),
-/// [`is_held`](LockGuard::is_held) turns false and [`lost`](LockGuard::lost)
-/// resolves, so the critical section can stop.
+/// third of the watchdog timeout, pushing the deadline on; a renewal that
+/// finds the lock gone (expired, force-unlocked, lost in a restart or
+/// failover) ends it at once.
 ///
 /// ```no_run
 /// # async fn demo(lock: lock_core::Lock) -> lock_core::Result<()> {
@@ -106,42 +82,28 @@ pub struct LockGuard {
 }
 
 impl LockGuard {
-    pub(crate) fn new(
-        lock: Lock,
-        owner: Arc<str>,
-        token: u64,
-        lease: Lease,
-        sent_at: Instant,
-        epoch: u64,
-        lost: CancellationToken,
-    ) -> Self {
-        let id = NEXT_GUARD_ID.fetch_add(1, Ordering::Relaxed);
-        let watch_key = match lease {
-            Lease::Watchdog => {
-                let key: Arc<str> = Arc::from(lock.keys.lock.as_str());
-                lock.client.inner.watchdog.register(
-                    key.clone(),
-                    owner.clone(),
-                    id,
-                    lost.clone(),
-                    sent_at,
-                );
-                Some(key)
-            }
-            Lease::Fixed { .. } => None,
-        };
-        LockGuard {
-            held: Some(Held {
-                lock,
-                owner,
-                watch_key,
-                token,
-                lease,
-                lost,
-                id,
-                epoch,
-            }),
+    /// A guard for one count of `hold`; a watchdog lease (`lease == None`)
+    /// starts renewing.
+    pub(crate) fn new(lock: Lock, hold: Arc<Hold>, lease: Option<Duration>) -> Self {
+        if lease.is_none() {
+            lock.client
+                .inner
+                .watchdog
+                .register(Arc::from(lock.keys.lock.as_str()), hold.clone());
         }
+        LockGuard {
+            held: Some(Held { lock, hold, lease }),
+        }
+    }
+
+    /// What a section of this guard's hold needs (see `LockContext::enter`).
+    pub(crate) fn section_parts(&self) -> (Arc<str>, Arc<str>, Arc<Hold>) {
+        let held = self.held();
+        (
+            held.lock.client.inner.core.client_id.clone(),
+            Arc::from(held.lock.keys.lock.as_str()),
+            held.hold.clone(),
+        )
     }
 
     fn held(&self) -> &Held {
@@ -164,11 +126,17 @@ impl LockGuard {
         self.held().lock.name()
     }
 
-    /// The fencing token of this holding: a per-lock counter incremented on
-    /// every fresh acquisition (a re-entry keeps its holder's token). Send it
-    /// with every write the lock protects, and let the store reject writes
-    /// with a token lower than one it has seen, so a holder that lost the
-    /// lock without knowing cannot overwrite its successor.
+    /// The fencing token of this hold: it grows strictly with every fresh
+    /// acquisition of the lock, across holders, releases and a Redis restart
+    /// that lost its data (a re-entry keeps its hold's token). Send it with
+    /// every write the lock protects, and let the store reject writes with
+    /// a token lower than one it has seen, so a holder that lost the lock
+    /// without knowing cannot overwrite its successor.
+    ///
+    /// Tokens are a hybrid logical clock on the Redis server's `TIME`:
+    /// `max(last token + 1, server time in µs)`, the last token being kept
+    /// for the client's [token retention](crate::ClientBuilder::token_retention)
+    /// only, so names no longer used cost no memory.
     ///
     /// ```no_run
     /// # async fn demo(lock: lock_core::Lock) -> lock_core::Result<()> {
@@ -180,10 +148,12 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn fencing_token(&self) -> u64 {
-        self.held().token
+        self.held().hold.token
     }
 
-    /// The owner id in the lock's hash: `"<client-id>:<n>"`.
+    /// The owner id in the lock's hash: `"<client-id>:<n>"`. Every fresh
+    /// acquisition gets an owner id of its own (re-entries share it), so it
+    /// identifies this hold: a stale guard can never touch a newer hold.
     ///
     /// ```no_run
     /// # async fn demo(client: lock_core::LockClient) -> lock_core::Result<()> {
@@ -192,7 +162,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn owner_id(&self) -> &str {
-        &self.held().owner
+        &self.held().hold.owner
     }
 
     /// The fixed lease, or `None` for a watchdog-renewed lock.
@@ -203,14 +173,12 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn lease(&self) -> Option<Duration> {
-        match self.held().lease {
-            Lease::Watchdog => None,
-            Lease::Fixed { lease, .. } => Some(lease),
-        }
+        self.held().lease
     }
 
-    /// Whether the lock is still held, as far as this process knows: false
-    /// once a renewal found it gone, or once a fixed lease ran out.
+    /// Whether the lock is still held: false once the guard's deadline has
+    /// passed (see [`LockGuard`]) or a renewal found the lock gone. Never
+    /// true again after that.
     ///
     /// ```no_run
     /// # async fn demo(lock: lock_core::Lock) -> lock_core::Result<()> {
@@ -219,14 +187,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn is_held(&self) -> bool {
-        let held = self.held();
-        if held.lost.is_cancelled() {
-            return false;
-        }
-        match held.lease {
-            Lease::Watchdog => true,
-            Lease::Fixed { expires_at, .. } => Instant::now() < expires_at,
-        }
+        self.held().hold.is_valid()
     }
 
     /// `Err(Error::Lost)` once the lock is no longer held; handy with `?`
@@ -248,9 +209,10 @@ impl LockGuard {
         }
     }
 
-    /// Resolves when the lock is lost: a renewal found it gone, renewals
-    /// failed until the lease ran out, or (fixed lease) the lease ran out.
-    /// Never resolves while the lock is held. Cancel-safe.
+    /// Resolves when the lock is lost: at the guard's deadline (a timer, so
+    /// it fires even when Redis cannot be reached), or as soon as a renewal
+    /// finds the lock gone. Never resolves while the lock is held.
+    /// Cancel-safe.
     ///
     /// ```no_run
     /// # async fn demo(lock: lock_core::Lock) -> lock_core::Result<()> {
@@ -262,16 +224,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub async fn lost(&self) {
-        let held = self.held();
-        match held.lease {
-            Lease::Watchdog => held.lost.cancelled().await,
-            Lease::Fixed { expires_at, .. } => {
-                tokio::select! {
-                    _ = held.lost.cancelled() => {}
-                    _ = tokio::time::sleep_until(expires_at) => {}
-                }
-            }
-        }
+        self.held().hold.lost().await
     }
 
     /// Releases one hold of the lock. `Ok(())` when the lock was still held;
@@ -298,31 +251,36 @@ impl LockGuard {
         };
         held.stop_renewal();
         let name = held.lock.keys.name.clone();
-        if held.known_lost() {
+        if held.hold.is_marked_lost() {
             held.forget();
             tracing::warn!(lock = %name, "lock was lost before release");
             return Err(Error::Lost { name });
         }
+        // Released in Redis even when the deadline has passed: the
+        // release names this hold only, so it frees the lock sooner and can
+        // never touch anyone else's hold.
+        let valid_at_release = held.hold.is_valid();
         let lease_ms = held.lease_ms();
         let core = held.lock.client.inner.core.clone();
         let keys = held.lock.keys.clone();
-        let owner = held.owner.clone();
-        let epoch = held.epoch;
+        let owner = held.hold.owner.clone();
         let span = tracing::debug_span!("lock.release", lock = %keys.lock, owner = %owner);
         let task = tokio::spawn(tracing::Instrument::instrument(
-            async move {
-                core.release_hold(&keys, &owner, Some(epoch), lease_ms)
-                    .await
-            },
+            async move { core.release_hold(&keys, &owner, lease_ms).await },
             span,
         ));
         match task.await {
-            Ok(Ok(true)) => {
+            Ok(Ok(true)) if valid_at_release => {
                 tracing::debug!(lock = %name, "lock released");
                 Ok(())
             }
+            Ok(Ok(true)) => {
+                tracing::warn!(lock = %name, "lock was released after its deadline");
+                Err(Error::Lost { name })
+            }
             Ok(Ok(false)) => {
-                tracing::warn!(lock = %name, "lock was no longer held at release");
+                held.hold
+                    .mark_lost(&held.lock.keys.lock, "not held at release");
                 Err(Error::Lost { name })
             }
             Ok(Err(e)) => Err(e),
@@ -335,15 +293,14 @@ impl Drop for LockGuard {
     fn drop(&mut self) {
         if let Some(held) = self.held.take() {
             held.stop_renewal();
-            if held.known_lost() {
+            if held.hold.is_marked_lost() {
                 held.forget();
                 return;
             }
             let lease_ms = held.lease_ms();
-            held.lock.client.release_in_background(ReleaseJob {
+            held.lock.client.release_in_background(ReleaseJob::Release {
                 keys: held.lock.keys.clone(),
-                owner: held.owner.clone(),
-                epoch: Some(held.epoch),
+                owner: held.hold.owner.clone(),
                 lease_ms,
             });
         }

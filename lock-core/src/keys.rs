@@ -6,6 +6,33 @@ use crate::error::{Error, Result};
 /// waiter per client (Redisson's `UNLOCK_MESSAGE`).
 pub(crate) const UNLOCK_MESSAGE: &str = "0";
 
+/// The kinds of helper names of a lock (Redisson's prefixes).
+const CHANNEL_KIND: &str = "redisson_lock__channel";
+const TOKEN_KIND: &str = "redisson_lock_token";
+const LATCH_KIND: &str = "redisson_unlock_latch";
+
+/// Redisson's naming rule for the helper names of an object called `key`
+/// (`RedissonObject.prefixName`): `<kind>:{<key>}`, or `<kind>:<key>` when
+/// the key already holds a `{` (the user's own hash tag then decides the
+/// Cluster slot, and no second pair of braces is added).
+fn prefixed(kind: &str, key: &str) -> String {
+    if key.contains('{') {
+        format!("{kind}:{key}")
+    } else {
+        format!("{kind}:{{{key}}}")
+    }
+}
+
+/// Whether `key` could be a helper name of some lock: such a name can never
+/// be a lock's own key, or a lock named like another lock's fencing counter
+/// could reset it (tokens would go backwards).
+fn is_helper_name(key: &str) -> bool {
+    [CHANNEL_KIND, TOKEN_KIND, LATCH_KIND].iter().any(|kind| {
+        key.strip_prefix(kind)
+            .is_some_and(|rest| rest.starts_with(':'))
+    })
+}
+
 /// The Redis names that belong to one lock.
 #[derive(Debug)]
 pub(crate) struct LockKeys {
@@ -13,11 +40,11 @@ pub(crate) struct LockKeys {
     pub(crate) name: String,
     /// The lock hash: prefix + name.
     pub(crate) lock: String,
-    /// `redisson_lock__channel:{<lock>}`.
+    /// `redisson_lock__channel:{<lock>}` (no braces added when `lock` has a `{`).
     pub(crate) channel: String,
-    /// `redisson_lock_token:{<lock>}`: the fencing counter.
+    /// `redisson_lock_token:{<lock>}`: the last fencing token (same rule).
     pub(crate) token: String,
-    /// `redisson_unlock_latch:{<lock>}:`: prefix of per-release latch keys.
+    /// `redisson_unlock_latch:{<lock>}:`: prefix of per-request latch keys (same rule).
     latch_prefix: String,
 }
 
@@ -28,9 +55,9 @@ impl LockKeys {
         let lock = format!("{prefix}{name}");
         Ok(LockKeys {
             name: name.to_string(),
-            channel: format!("redisson_lock__channel:{{{lock}}}"),
-            token: format!("redisson_lock_token:{{{lock}}}"),
-            latch_prefix: format!("redisson_unlock_latch:{{{lock}}}:"),
+            channel: prefixed(CHANNEL_KIND, &lock),
+            token: prefixed(TOKEN_KIND, &lock),
+            latch_prefix: format!("{}:", prefixed(LATCH_KIND, &lock)),
             lock,
         })
     }
@@ -63,6 +90,13 @@ fn validate_name(prefix: &str, name: &str, max_len: usize) -> Result<()> {
             reason: "name contains a control character".into(),
         });
     }
+    if is_helper_name(&format!("{prefix}{name}")) {
+        return Err(Error::InvalidName {
+            reason: "name is reserved: keys starting with redisson_lock__channel:, \
+                     redisson_lock_token: or redisson_unlock_latch: belong to other locks"
+                .into(),
+        });
+    }
     Ok(())
 }
 
@@ -78,6 +112,37 @@ mod tests {
         assert_eq!(k.token, "redisson_lock_token:{app:stock:42}");
         assert_eq!(k.latch("r1"), "redisson_unlock_latch:{app:stock:42}:r1");
         Ok(())
+    }
+
+    #[test]
+    fn names_with_a_brace_keep_their_own_hash_tag() -> Result<()> {
+        let k = LockKeys::new("", "{tenant}:order", 100)?;
+        assert_eq!(k.lock, "{tenant}:order");
+        assert_eq!(k.channel, "redisson_lock__channel:{tenant}:order");
+        assert_eq!(k.token, "redisson_lock_token:{tenant}:order");
+        assert_eq!(k.latch("r1"), "redisson_unlock_latch:{tenant}:order:r1");
+        // the prefix is part of the key Redisson sees
+        let k = LockKeys::new("app{eu}:", "x", 100)?;
+        assert_eq!(k.channel, "redisson_lock__channel:app{eu}:x");
+        Ok(())
+    }
+
+    #[test]
+    fn helper_names_cannot_be_lock_names() {
+        for name in [
+            "redisson_lock_token:{orders}",
+            "redisson_lock__channel:{orders}",
+            "redisson_unlock_latch:{orders}:r1",
+            "redisson_lock_token:x",
+        ] {
+            let err = LockKeys::new("", name, 100).expect_err(name);
+            assert!(err.to_string().contains("reserved"), "{err}");
+        }
+        // with a prefix, the full key decides
+        assert!(LockKeys::new("redisson_lock_token:", "{orders}", 100).is_err());
+        // look-alikes that are not helper names are fine
+        assert!(LockKeys::new("", "redisson_lock_tokens", 100).is_ok());
+        assert!(LockKeys::new("app:", "redisson_lock_token:{orders}", 100).is_ok());
     }
 
     #[test]

@@ -193,6 +193,7 @@ mod context;
 mod default_client;
 mod error;
 mod guard;
+mod hold;
 mod inspect;
 mod keys;
 mod lock;
@@ -204,7 +205,8 @@ mod watchdog;
 pub use client::LockClient;
 pub use config::{
     ClientBuilder, ClientConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_MAX_NAME_LEN, DEFAULT_POOL_SIZE, DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE,
+    DEFAULT_MAX_NAME_LEN, DEFAULT_POOL_SIZE, DEFAULT_TOKEN_RETENTION, DEFAULT_WATCHDOG_TIMEOUT,
+    MAX_LEASE,
 };
 pub use context::{in_context, LockContext};
 pub use default_client::{default_client, install_default};

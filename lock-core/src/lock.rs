@@ -5,16 +5,16 @@ use std::time::Duration;
 
 use redis::Value;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 use tracing::Instrument;
 
-use crate::client::LockClient;
-use crate::context::{owner_number_for_acquire, LockContext};
+use crate::client::{CancelMode, LockClient, ReleaseJob};
+use crate::context::LockContext;
 use crate::error::{Error, Result};
-use crate::guard::{Lease, LockGuard};
+use crate::guard::LockGuard;
+use crate::hold::Hold;
 use crate::keys::{LockKeys, UNLOCK_MESSAGE};
 use crate::pubsub::Subscription;
-use crate::queue::{new_epoch, Grant, Holding, Turn, Waiter};
+use crate::queue::{Holding, Turn, Waiter};
 
 /// How long an acquisition may wait.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -44,6 +44,7 @@ enum Wait {
 pub struct AcquireOptions {
     wait: Wait,
     lease: Option<Duration>,
+    section: bool,
 }
 
 impl Default for AcquireOptions {
@@ -63,6 +64,7 @@ impl AcquireOptions {
         AcquireOptions {
             wait: Wait::Forever,
             lease: None,
+            section: false,
         }
     }
 
@@ -102,6 +104,23 @@ impl AcquireOptions {
         self
     }
 
+    /// Acquire for a *section* (what `#[distributed_lock]` and lock-tower's
+    /// layer do): the acquisition re-enters a hold only when it is nested in
+    /// a section of that hold ([`LockContext::enter`]) or when the current
+    /// context holds the lock through the manual API; a new hold it takes is
+    /// re-entered only by acquisitions nested in its section, never by the
+    /// context's other futures. So sibling futures of one task (`join!`,
+    /// `select!`) that take the same lock this way exclude each other.
+    ///
+    /// ```
+    /// let opts = lock_core::AcquireOptions::new().for_section();
+    /// # let _ = opts;
+    /// ```
+    pub fn for_section(mut self) -> Self {
+        self.section = true;
+        self
+    }
+
     fn validate(&self) -> Result<()> {
         if let Wait::Bounded(w) = self.wait {
             if w.is_zero() {
@@ -124,14 +143,6 @@ impl AcquireOptions {
     }
 }
 
-/// Who acquires: the owner id, and whether it is fresh (no context), in
-/// which case every hold it has in Redis is this acquisition's.
-#[derive(Clone, Debug)]
-struct Owner {
-    id: Arc<str>,
-    fresh: bool,
-}
-
 /// The outcome of one acquire script call.
 #[derive(Debug)]
 enum Attempt {
@@ -140,6 +151,17 @@ enum Attempt {
     Held {
         pttl_ms: i64,
     },
+    /// Granted, but the reply came after the grant's validity ran out: it
+    /// was undone, nobody holds it.
+    Expired,
+}
+
+/// The outcome of one re-entry script call.
+#[derive(Debug)]
+enum Reentry {
+    Entered(LockGuard),
+    /// The hold is gone (lost, or it ran out before the reply came).
+    Gone,
 }
 
 /// A named distributed lock. Cheap to clone; make one per name and reuse it,
@@ -295,46 +317,86 @@ impl Lock {
 
     async fn acquire_inner(&self, options: AcquireOptions) -> Result<Option<LockGuard>> {
         options.validate()?;
-        let fresh_owner = LockContext::current().is_none();
-        let owner = Owner {
-            id: self.client.owner_id(owner_number_for_acquire()),
-            fresh: fresh_owner,
-        };
-        let span = tracing::debug_span!("lock.acquire", lock = %self.keys.lock, owner = %owner.id);
-        self.acquire_as(owner, options).instrument(span).await
+        let span = tracing::debug_span!("lock.acquire", lock = %self.keys.lock);
+        self.acquire_in_context(LockContext::current(), options)
+            .instrument(span)
+            .await
     }
 
-    async fn acquire_as(&self, owner: Owner, options: AcquireOptions) -> Result<Option<LockGuard>> {
+    async fn acquire_in_context(
+        &self,
+        ctx: Option<LockContext>,
+        options: AcquireOptions,
+    ) -> Result<Option<LockGuard>> {
+        if let Some((hold, from_section)) = self.reentrant_hold(ctx.as_ref()) {
+            match self.reenter(&hold, options.lease).await? {
+                Reentry::Entered(guard) => return Ok(Some(guard)),
+                // Nested in a section whose hold is gone: the section is
+                // no longer exclusive, and must hear it.
+                Reentry::Gone if from_section => {
+                    return Err(Error::Lost {
+                        name: self.keys.name.clone(),
+                    })
+                }
+                // The context's hold is gone: take a new one.
+                Reentry::Gone => {}
+            }
+        }
+        let context = match (&ctx, options.section) {
+            (Some(ctx), false) => Some(ctx.id()),
+            _ => None,
+        };
+        self.acquire_fresh(context, options).await
+    }
+
+    /// The hold an acquisition made now re-enters: the innermost section of
+    /// this lock the current future is nested in (`true`), else the hold the
+    /// current context took through the manual API (`false`).
+    fn reentrant_hold(&self, ctx: Option<&LockContext>) -> Option<(Arc<Hold>, bool)> {
+        let ctx = ctx?;
+        let core = &self.client.inner.core;
+        if let Some(hold) = ctx.section_hold(&core.client_id, &self.keys.lock) {
+            return Some((hold, true));
+        }
+        core.queues
+            .context_hold(&self.keys.lock, ctx.id())
+            .map(|hold| (hold, false))
+    }
+
+    /// The hold the current task would re-enter, if any.
+    fn current_hold(&self) -> Option<Arc<Hold>> {
+        self.reentrant_hold(LockContext::current().as_ref())
+            .map(|(hold, _)| hold)
+    }
+
+    /// A new hold: one attempt, or a place in the local queue.
+    async fn acquire_fresh(
+        &self,
+        context: Option<u64>,
+        options: AcquireOptions,
+    ) -> Result<Option<LockGuard>> {
         let started = Instant::now();
         let deadline = match options.wait {
             Wait::Bounded(w) => Some(started + w),
             _ => None,
         };
-        let queues = &self.client.inner.core.queues;
-        if queues.is_holder(&self.keys.lock, &owner.id) {
-            // A re-entry never queues behind its own hold.
-            match self.attempt(&owner, options.lease, None).await? {
-                Attempt::Acquired(guard) => return Ok(Some(guard)),
-                Attempt::Held { .. } if options.wait == Wait::Never => return Ok(None),
-                // Lost meanwhile, and taken by someone else: wait in line.
-                Attempt::Held { .. } => {}
-            }
-        } else if options.wait == Wait::Never {
+        if options.wait == Wait::Never {
             // Always asked of Redis: a local holding may be mid-release.
-            return match self.attempt(&owner, options.lease, None).await? {
+            return match self.attempt(context, options.lease, None).await? {
                 Attempt::Acquired(guard) => Ok(Some(guard)),
-                Attempt::Held { .. } => {
+                Attempt::Held { .. } | Attempt::Expired => {
                     tracing::debug!("lock busy");
                     Ok(None)
                 }
             };
         }
-        let waiter = queues.join(&self.keys.lock, owner.id.clone(), options.lease);
+        let queues = &self.client.inner.core.queues;
+        let waiter = queues.join(&self.keys.lock, options.lease, context);
         let ticket = Ticket {
             lock: self.clone(),
             waiter,
         };
-        self.wait_in_line(&ticket, &owner, options, started, deadline)
+        self.wait_in_line(&ticket, context, options, started, deadline)
             .await
     }
 
@@ -345,7 +407,7 @@ impl Lock {
     async fn wait_in_line(
         &self,
         ticket: &Ticket,
-        owner: &Owner,
+        context: Option<u64>,
         options: AcquireOptions,
         started: Instant,
         deadline: Option<Instant>,
@@ -362,13 +424,22 @@ impl Lock {
         let mut subscription: Option<Arc<Subscription>> = None;
         loop {
             let turn = queues.turn(&self.keys.lock, waiter);
-            if let Turn::Granted(grant) = turn {
-                tracing::debug!(
-                    waited_ms = started.elapsed().as_millis() as u64,
-                    token = grant.token,
-                    "lock handed over by a local holder"
-                );
-                return Ok(Some(self.guard_from_grant(owner, options.lease, grant)));
+            if let Turn::Granted(hold) = turn {
+                if hold.is_valid() {
+                    tracing::debug!(
+                        waited_ms = started.elapsed().as_millis() as u64,
+                        token = hold.token,
+                        "lock handed over by a local holder"
+                    );
+                    return Ok(Some(LockGuard::new(self.clone(), hold, options.lease)));
+                }
+                // Picked up after its validity: never handed out as held.
+                self.client.release_in_background(ReleaseJob::Release {
+                    keys: self.keys.clone(),
+                    owner: hold.owner.clone(),
+                    lease_ms: lease_ms(options.lease, config.watchdog_timeout),
+                });
+                continue;
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 tracing::debug!("lock wait bound passed");
@@ -382,17 +453,10 @@ impl Lock {
                         _ = until_deadline() => {}
                     }
                 }
-                Turn::HeldLocally { lost, expires_at } => {
-                    let expiry = async move {
-                        match expires_at {
-                            Some(t) => tokio::time::sleep_until(t).await,
-                            None => std::future::pending().await,
-                        }
-                    };
+                Turn::HeldLocally { hold } => {
                     tokio::select! {
                         _ = waiter.notify.notified() => {}
-                        _ = lost.cancelled() => {}
-                        _ = expiry => {}
+                        _ = hold.lost() => {}
                         _ = until_deadline() => {}
                     }
                 }
@@ -416,7 +480,10 @@ impl Lock {
                 Turn::Contend {
                     subscription: shared,
                 } => {
-                    let pttl_ms = match self.attempt(owner, options.lease, Some(waiter.id)).await? {
+                    let pttl_ms = match self
+                        .attempt(context, options.lease, Some(waiter.id))
+                        .await?
+                    {
                         Attempt::Acquired(guard) => {
                             tracing::debug!(
                                 waited_ms = started.elapsed().as_millis() as u64,
@@ -425,6 +492,12 @@ impl Lock {
                             return Ok(Some(guard));
                         }
                         Attempt::Held { pttl_ms } => pttl_ms,
+                        Attempt::Expired => {
+                            // A reply held up in the network: try again
+                            // after a short pause.
+                            tokio::time::sleep(self.client.inner.core.race_jitter()).await;
+                            continue;
+                        }
                     };
                     if deadline.is_some_and(|d| Instant::now() >= d) {
                         tracing::debug!("lock wait bound passed");
@@ -484,37 +557,18 @@ impl Lock {
         }
     }
 
-    fn guard_from_grant(&self, owner: &Owner, lease: Option<Duration>, grant: Grant) -> LockGuard {
-        let lease = match lease {
-            Some(lease) => Lease::Fixed {
-                lease,
-                expires_at: grant.sent_at + lease,
-            },
-            None => Lease::Watchdog,
-        };
-        LockGuard::new(
-            self.clone(),
-            owner.id.clone(),
-            grant.token,
-            lease,
-            grant.sent_at,
-            grant.epoch,
-            grant.lost,
-        )
-    }
-
-    /// Runs the acquire script once. The call runs in its own task, so a
-    /// grant that arrives after the caller gave up is dropped there, and
-    /// dropping a guard releases it: nothing stays locked until expiry.
+    /// Runs the acquire script once for a new hold. The call runs in its
+    /// own task, so a grant that arrives after the caller gave up is dropped
+    /// there, and dropping a guard releases it: nothing stays locked until
+    /// expiry.
     async fn attempt(
         &self,
-        owner: &Owner,
+        context: Option<u64>,
         lease: Option<Duration>,
         waiter_id: Option<u64>,
     ) -> Result<Attempt> {
         let lock = self.clone();
-        let owner = owner.clone();
-        let task = tokio::spawn(async move { lock.attempt_now(owner, lease, waiter_id).await });
+        let task = tokio::spawn(async move { lock.attempt_now(context, lease, waiter_id).await });
         match task.await {
             Ok(result) => result,
             Err(e) => Err(Error::Cancelled(format!("acquire task ended: {e}"))),
@@ -523,16 +577,31 @@ impl Lock {
 
     async fn attempt_now(
         &self,
-        owner: Owner,
+        context: Option<u64>,
         lease: Option<Duration>,
         waiter_id: Option<u64>,
     ) -> Result<Attempt> {
         let core = &self.client.inner.core;
+        let lease_time = lease.unwrap_or(core.config.watchdog_timeout);
         let lease_ms = lease_ms(lease, core.config.watchdog_timeout);
+        // A new owner id per attempt: the hold's identity, and the request
+        // id that a cancellation refers to.
+        let owner = core.new_owner();
+        let latch = self.keys.latch(&owner);
         let sent_at = Instant::now();
         let cmd = core.scripts.acquire.evalsha(
-            &[self.keys.lock.as_str(), self.keys.token.as_str()],
-            (lease_ms, &*owner.id),
+            &[
+                self.keys.lock.as_str(),
+                self.keys.token.as_str(),
+                latch.as_str(),
+            ],
+            (
+                lease_ms,
+                &*owner,
+                CancelMode::New.as_arg(),
+                core.token_retention_ms(),
+                core.latch_ms(),
+            ),
         );
         let reply = match core.run_script(&core.scripts.acquire, &cmd).await {
             Ok(reply) => {
@@ -540,69 +609,113 @@ impl Lock {
                 reply
             }
             Err(e) => {
-                if e.is_transient() && owner.fresh {
-                    // The script may have run and its reply been lost. This
-                    // owner is fresh (no context), so any hold it has is
-                    // this attempt's: release it rather than leave it held.
-                    self.client
-                        .release_in_background(crate::client::ReleaseJob {
-                            keys: self.keys.clone(),
-                            owner: owner.id.clone(),
-                            epoch: None,
-                            lease_ms,
-                        });
+                if e.is_transient() {
+                    // The script may have run and its reply been lost (or
+                    // the request may still arrive): cancel it, so that it
+                    // is undone or never applied.
+                    self.client.release_in_background(ReleaseJob::Cancel {
+                        keys: self.keys.clone(),
+                        owner,
+                        mode: CancelMode::New,
+                        latch,
+                        lease_ms,
+                    });
                 }
                 return Err(e);
             }
         };
-        let (kind, value) = match &reply {
-            Value::Array(items) => match items.as_slice() {
-                [Value::Int(kind), Value::Int(value)] => (*kind, *value),
-                _ => return Err(protocol("acquire", &reply)),
-            },
-            _ => return Err(protocol("acquire", &reply)),
-        };
+        let (kind, value) = pair(&reply).ok_or_else(|| protocol("acquire", &reply))?;
         match kind {
             0 => Ok(Attempt::Held { pttl_ms: value }),
-            1 | 2 => {
+            1 => {
                 let token = u64::try_from(value).map_err(|_| protocol("acquire", &reply))?;
-                let (lease, expires_at) = match lease {
-                    Some(lease) => {
-                        let expires_at = sent_at + lease;
-                        (Lease::Fixed { lease, expires_at }, Some(expires_at))
+                let Some(hold) = Hold::granted(owner.clone(), token, context, sent_at, lease_time)
+                else {
+                    tracing::debug!(
+                        rtt_ms = sent_at.elapsed().as_millis() as u64,
+                        "lock granted after the grant's validity; undoing it"
+                    );
+                    if let Err(e) = core
+                        .cancel(&self.keys, &owner, CancelMode::New, &latch, lease_ms)
+                        .await
+                    {
+                        tracing::warn!(error = %e, "undoing a late grant failed; it expires with its lease");
                     }
-                    None => (Lease::Watchdog, None),
+                    return Ok(Attempt::Expired);
                 };
-                let lost = CancellationToken::new();
-                let queues = &core.queues;
-                let epoch = match (kind, queues.holding_epoch(&self.keys.lock, &owner.id)) {
-                    (2, Some(epoch)) => epoch,
-                    _ => {
-                        let epoch = new_epoch();
-                        queues.acquired(
-                            &self.keys.lock,
-                            Holding {
-                                owner: owner.id.clone(),
-                                epoch,
-                                lost: lost.clone(),
-                                expires_at,
-                                releasing: false,
-                            },
-                            waiter_id,
-                        );
-                        epoch
-                    }
-                };
-                tracing::debug!(token, reentry = kind == 2, "lock acquired");
-                Ok(Attempt::Acquired(LockGuard::new(
-                    self.clone(),
-                    owner.id,
-                    token,
-                    lease,
-                    sent_at,
-                    epoch,
-                    lost,
-                )))
+                core.queues
+                    .acquired(&self.keys.lock, Holding::new(hold.clone()), waiter_id);
+                tracing::debug!(token, "lock acquired");
+                Ok(Attempt::Acquired(LockGuard::new(self.clone(), hold, lease)))
+            }
+            _ => Err(protocol("acquire", &reply)),
+        }
+    }
+
+    /// Re-enters `hold` (one more count) in its own task.
+    async fn reenter(&self, hold: &Arc<Hold>, lease: Option<Duration>) -> Result<Reentry> {
+        if !hold.is_valid() {
+            return Ok(Reentry::Gone);
+        }
+        let lock = self.clone();
+        let hold = hold.clone();
+        let task = tokio::spawn(async move { lock.reenter_now(hold, lease).await });
+        match task.await {
+            Ok(result) => result,
+            Err(e) => Err(Error::Cancelled(format!("re-entry task ended: {e}"))),
+        }
+    }
+
+    async fn reenter_now(&self, hold: Arc<Hold>, lease: Option<Duration>) -> Result<Reentry> {
+        let core = &self.client.inner.core;
+        let lease_time = lease.unwrap_or(core.config.watchdog_timeout);
+        let lease_ms = lease_ms(lease, core.config.watchdog_timeout);
+        let latch = self.keys.latch(&core.request_id());
+        let sent_at = Instant::now();
+        let cmd = core.scripts.acquire.evalsha(
+            &[
+                self.keys.lock.as_str(),
+                self.keys.token.as_str(),
+                latch.as_str(),
+            ],
+            (
+                lease_ms,
+                &*hold.owner,
+                CancelMode::Reentry.as_arg(),
+                core.token_retention_ms(),
+                core.latch_ms(),
+            ),
+        );
+        let cancel = |latch: String| ReleaseJob::Cancel {
+            keys: self.keys.clone(),
+            owner: hold.owner.clone(),
+            mode: CancelMode::Reentry,
+            latch,
+            lease_ms,
+        };
+        let reply = match core.run_script(&core.scripts.acquire, &cmd).await {
+            Ok(reply) => reply,
+            Err(e) => {
+                if e.is_transient() {
+                    self.client.release_in_background(cancel(latch));
+                }
+                return Err(e);
+            }
+        };
+        match pair(&reply) {
+            Some((2, _)) => {
+                if !hold.extend(sent_at, lease_time) {
+                    // Confirmed after the hold's deadline: not handed out.
+                    self.client.release_in_background(cancel(latch));
+                    return Ok(Reentry::Gone);
+                }
+                tracing::debug!(token = hold.token, "lock re-entered");
+                Ok(Reentry::Entered(LockGuard::new(self.clone(), hold, lease)))
+            }
+            Some((-1, _)) => {
+                hold.mark_lost(&self.keys.lock, "the hold was gone when it was re-entered");
+                core.queues.ended(&self.keys.lock, &hold.owner);
+                Ok(Reentry::Gone)
             }
             _ => Err(protocol("acquire", &reply)),
         }
@@ -666,12 +779,11 @@ impl Lock {
     /// # Ok(()) }
     /// ```
     pub async fn hold_count(&self) -> Result<u32> {
-        let Some(ctx) = LockContext::current() else {
+        let Some(hold) = self.current_hold() else {
             return Ok(0);
         };
-        let owner = self.client.owner_id(ctx.id());
         let mut cmd = redis::cmd("HGET");
-        cmd.arg(self.keys.lock.as_str()).arg(&*owner);
+        cmd.arg(self.keys.lock.as_str()).arg(&*hold.owner);
         let reply = self.client.inner.core.run_cmd(&cmd).await?;
         redis::from_redis_value::<Option<u32>>(reply)
             .map(Option::unwrap_or_default)
@@ -728,14 +840,13 @@ impl Lock {
         let not_held = || Error::NotHeld {
             name: self.keys.name.clone(),
         };
-        let ctx = LockContext::current().ok_or_else(not_held)?;
-        let owner = self.client.owner_id(ctx.id());
+        let hold = self.current_hold().ok_or_else(not_held)?;
+        let owner = hold.owner.clone();
         let core = self.client.inner.core.clone();
         let lease_ms = lease_ms(None, core.config.watchdog_timeout);
         let keys = self.keys.clone();
         // In its own task: a release must run to the end once started.
-        let task =
-            tokio::spawn(async move { core.release_hold(&keys, &owner, None, lease_ms).await });
+        let task = tokio::spawn(async move { core.release_hold(&keys, &owner, lease_ms).await });
         match task.await {
             Ok(Ok(true)) => Ok(()),
             Ok(Ok(false)) => Err(not_held()),
@@ -756,16 +867,13 @@ struct Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         let core = &self.lock.client.inner.core;
-        if let Some(grant) = core.queues.leave(&self.lock.keys.lock, self.waiter.id) {
+        if let Some(hold) = core.queues.leave(&self.lock.keys.lock, self.waiter.id) {
             tracing::debug!(lock = %self.lock.keys.lock, "releasing a hand-off nobody waits for");
-            self.lock
-                .client
-                .release_in_background(crate::client::ReleaseJob {
-                    keys: self.lock.keys.clone(),
-                    owner: self.waiter.owner.clone(),
-                    epoch: Some(grant.epoch),
-                    lease_ms: lease_ms(self.waiter.lease, core.config.watchdog_timeout),
-                });
+            self.lock.client.release_in_background(ReleaseJob::Release {
+                keys: self.lock.keys.clone(),
+                owner: hold.owner.clone(),
+                lease_ms: lease_ms(self.waiter.lease, core.config.watchdog_timeout),
+            });
         }
     }
 }
@@ -773,6 +881,17 @@ impl Drop for Ticket {
 pub(crate) fn lease_ms(lease: Option<Duration>, watchdog_timeout: Duration) -> u64 {
     let ms = lease.unwrap_or(watchdog_timeout).as_millis();
     u64::try_from(ms).unwrap_or(u64::MAX).max(1)
+}
+
+/// A `{kind, value}` script reply.
+fn pair(reply: &Value) -> Option<(i64, i64)> {
+    match reply {
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(kind), Value::Int(value)] => Some((*kind, *value)),
+            _ => None,
+        },
+        _ => None,
+    }
 }
 
 fn protocol(what: &str, reply: &Value) -> Error {

@@ -5,16 +5,18 @@
 //! `locked`, `locked_or_skip` or `locked_or_skip_result` with the
 //! acquire options and the original body as a future, pinned in the
 //! caller's future (`Pin<&mut _>`), so that the body's state is stored once
-//! rather than copied into every layer below. Each opens a lock
-//! context when none is open (so nested annotated calls re-enter), acquires,
-//! awaits the body and releases. A body that panics, or a future dropped
-//! mid-body, drops the guard, which releases in the background.
+//! rather than copied into every layer below. Each opens a lock context
+//! when none is open, acquires for a section
+//! ([`AcquireOptions::for_section`]), runs the body inside the section (so
+//! nested annotated calls re-enter while sibling calls joined in the same
+//! task exclude each other) and releases. A body that panics, or a future
+//! dropped mid-body, drops the guard, which releases in the background.
 
 use std::borrow::Borrow;
 use std::future::Future;
 
 use crate::client::LockClient;
-use crate::context::in_context;
+use crate::context::{in_context, LockContext};
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::lock::Lock;
@@ -65,7 +67,8 @@ where
 {
     in_context(async move {
         let guard = acquire(lock, options).await.map_err(E::from)?;
-        run(guard, body).await
+        let section = enter(&guard);
+        run(guard, section.scope(body)).await
     })
     .await
 }
@@ -87,7 +90,7 @@ where
                 return T::skipped();
             }
         };
-        let out = body.await;
+        let out = enter(&guard).scope(body).await;
         if let Err(err) = guard.release().await {
             tracing::warn!(error = %err, "lock release after the locked call failed");
         }
@@ -118,13 +121,21 @@ where
             }
             Err(err) => return Err(E::from(err)),
         };
-        run(guard, body).await
+        let section = enter(&guard);
+        run(guard, section.scope(body)).await
     })
     .await
 }
 
 async fn acquire(lock: Result<Lock>, options: AcquireOptions) -> Result<LockGuard> {
-    lock?.acquire_with(options).await
+    lock?.acquire_with(options.for_section()).await
+}
+
+/// The current context with the guard's section (called inside `in_context`).
+fn enter(guard: &LockGuard) -> LockContext {
+    LockContext::current()
+        .unwrap_or_else(LockContext::new)
+        .enter(guard)
 }
 
 /// Awaits the body, then releases. Dropped or unwinding mid-body, the guard

@@ -24,62 +24,45 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
+use crate::hold::Hold;
 use crate::pubsub::Subscription;
 
-static NEXT_EPOCH: AtomicU64 = AtomicU64::new(1);
 static NEXT_WAITER: AtomicU64 = AtomicU64::new(1);
 
-/// A number no other holding in this process has: tells a current holding
-/// from an earlier one of the same owner.
-pub(crate) fn new_epoch() -> u64 {
-    NEXT_EPOCH.fetch_add(1, Ordering::Relaxed)
-}
-
-/// One holding of a lock by an owner of this client, as far as this client
-/// knows.
+/// The hold of a lock this client has, as far as this client knows.
 #[derive(Clone, Debug)]
 pub(crate) struct Holding {
-    pub(crate) owner: Arc<str>,
-    pub(crate) epoch: u64,
-    /// Cancelled when the watchdog finds the lock lost.
-    pub(crate) lost: CancellationToken,
-    /// When a fixed lease runs out (`None`: watchdog lease).
-    pub(crate) expires_at: Option<Instant>,
+    pub(crate) hold: Arc<Hold>,
     /// A plain release of it is failing and being retried.
     pub(crate) releasing: bool,
 }
 
 impl Holding {
+    pub(crate) fn new(hold: Arc<Hold>) -> Self {
+        Holding {
+            hold,
+            releasing: false,
+        }
+    }
+
     fn is_live(&self) -> bool {
-        !self.releasing
-            && !self.lost.is_cancelled()
-            && self.expires_at.is_none_or(|t| Instant::now() < t)
+        !self.releasing && self.hold.is_valid()
     }
 
-    fn matches(&self, owner: &str, epoch: Option<u64>) -> bool {
-        &*self.owner == owner && epoch.is_none_or(|e| e == self.epoch)
+    fn is(&self, owner: &str) -> bool {
+        &*self.hold.owner == owner
     }
-}
-
-/// The lock, handed to a waiter by a releasing holder.
-#[derive(Debug)]
-pub(crate) struct Grant {
-    pub(crate) token: u64,
-    pub(crate) epoch: u64,
-    pub(crate) lost: CancellationToken,
-    /// When the hand-off request was sent (a fixed lease counts from then).
-    pub(crate) sent_at: Instant,
 }
 
 /// A waiter in a local queue.
 #[derive(Debug)]
 pub(crate) struct Waiter {
     pub(crate) id: u64,
-    pub(crate) owner: Arc<str>,
     /// The lease it asked for (`None`: watchdog).
     pub(crate) lease: Option<Duration>,
+    /// The context a hold handed to it belongs to (see `Hold::context`).
+    pub(crate) context: Option<u64>,
     /// Woken whenever its turn may have changed.
     pub(crate) notify: Notify,
 }
@@ -98,7 +81,7 @@ struct KeyState {
     holding: Option<Holding>,
     queue: VecDeque<Queued>,
     /// Hand-offs done but not yet picked up by their waiter.
-    grants: Vec<(u64, Grant)>,
+    grants: Vec<(u64, Arc<Hold>)>,
     /// Hand-offs left in the current streak.
     budget: usize,
     /// The lock channel subscription the heads share while the queue lasts.
@@ -127,16 +110,13 @@ impl KeyState {
 /// What the waiter should do now.
 #[derive(Debug)]
 pub(crate) enum Turn {
-    /// The lock was handed to it.
-    Granted(Grant),
+    /// The lock was handed to it: this is its hold.
+    Granted(Arc<Hold>),
     /// Not its turn: wait to be notified.
     Wait,
-    /// It is the head, and a live local holding is in the way: wait to be
-    /// notified, for the holding's loss, or for its lease to run out.
-    HeldLocally {
-        lost: CancellationToken,
-        expires_at: Option<Instant>,
-    },
+    /// It is the head, and a live local hold is in the way: wait to be
+    /// notified, or for the hold's loss or deadline.
+    HeldLocally { hold: Arc<Hold> },
     /// It is the head, but its client just released the lock that other
     /// clients wait for: let them go first, until `until` or the next unlock
     /// message.
@@ -161,30 +141,26 @@ impl LocalQueues {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Whether `owner` holds the lock through this client (a re-entry must
-    /// not queue behind its own hold).
-    pub(crate) fn is_holder(&self, key: &str, owner: &str) -> bool {
+    /// The valid hold of the lock that the context `context` re-enters.
+    pub(crate) fn context_hold(&self, key: &str, context: u64) -> Option<Arc<Hold>> {
         self.locked()
             .get(key)
             .and_then(|s| s.holding.as_ref())
-            .is_some_and(|h| &*h.owner == owner)
-    }
-
-    /// The epoch of `owner`'s holding, if it holds the lock.
-    pub(crate) fn holding_epoch(&self, key: &str, owner: &str) -> Option<u64> {
-        self.locked()
-            .get(key)
-            .and_then(|s| s.holding.as_ref())
-            .filter(|h| &*h.owner == owner)
-            .map(|h| h.epoch)
+            .filter(|h| h.hold.context == Some(context) && h.hold.is_valid())
+            .map(|h| h.hold.clone())
     }
 
     /// Puts a waiter at the end of the lock's queue.
-    pub(crate) fn join(&self, key: &str, owner: Arc<str>, lease: Option<Duration>) -> Arc<Waiter> {
+    pub(crate) fn join(
+        &self,
+        key: &str,
+        lease: Option<Duration>,
+        context: Option<u64>,
+    ) -> Arc<Waiter> {
         let waiter = Arc::new(Waiter {
             id: NEXT_WAITER.fetch_add(1, Ordering::Relaxed),
-            owner,
             lease,
+            context,
             notify: Notify::new(),
         });
         let mut map = self.locked();
@@ -212,9 +188,8 @@ impl LocalQueues {
             _ => return Turn::Wait,
         }
         match &state.holding {
-            Some(h) if h.owner != waiter.owner && h.is_live() => Turn::HeldLocally {
-                lost: h.lost.clone(),
-                expires_at: h.expires_at,
+            Some(h) if h.is_live() => Turn::HeldLocally {
+                hold: h.hold.clone(),
             },
             None => match state.step_back_until.filter(|t| Instant::now() < *t) {
                 Some(until) => Turn::StepBack {
@@ -274,7 +249,7 @@ impl LocalQueues {
 
     /// The waiter stops waiting (acquired, gave up, or was dropped). Returns
     /// a grant it had not picked up: the caller must release it.
-    pub(crate) fn leave(&self, key: &str, waiter_id: u64) -> Option<Grant> {
+    pub(crate) fn leave(&self, key: &str, waiter_id: u64) -> Option<Arc<Hold>> {
         let mut map = self.locked();
         let state = map.get_mut(key)?;
         if let Some(i) = state.position(waiter_id) {
@@ -302,21 +277,17 @@ impl LocalQueues {
         grant
     }
 
-    /// Picks the head as the target of a hand-off from `owner`'s holding,
-    /// when that holding is current and the streak allows another hand-off.
-    pub(crate) fn offer(&self, key: &str, owner: &str, epoch: Option<u64>) -> Option<Arc<Waiter>> {
+    /// Picks the head as the target of a hand-off from the hold `owner`,
+    /// when that hold is the current one and the streak allows another
+    /// hand-off.
+    pub(crate) fn offer(&self, key: &str, owner: &str) -> Option<Arc<Waiter>> {
         let mut map = self.locked();
         let state = map.get_mut(key)?;
-        if !state.holding.as_ref()?.matches(owner, epoch) {
+        if !state.holding.as_ref()?.is(owner) {
             return None;
         }
         let target = match state.queue.front_mut() {
-            Some(head)
-                if state.budget > 0
-                    && !head.offered
-                    && !head.abandoned
-                    && head.waiter.owner.as_ref() != owner =>
-            {
+            Some(head) if state.budget > 0 && !head.offered && !head.abandoned => {
                 head.offered = true;
                 Some(head.waiter.clone())
             }
@@ -328,12 +299,12 @@ impl LocalQueues {
     /// A plain release of `owner`'s holding is failing and being retried:
     /// the head asks Redis rather than wait for it (Redis may be down, and
     /// the release may take its whole retry window).
-    pub(crate) fn release_stalled(&self, key: &str, owner: &str, epoch: Option<u64>) {
+    pub(crate) fn release_stalled(&self, key: &str, owner: &str) {
         let mut map = self.locked();
         let Some(state) = map.get_mut(key) else {
             return;
         };
-        if let Some(h) = state.holding.as_mut().filter(|h| h.matches(owner, epoch)) {
+        if let Some(h) = state.holding.as_mut().filter(|h| h.is(owner)) {
             h.releasing = true;
             state.notify_head();
         }
@@ -341,12 +312,12 @@ impl LocalQueues {
 
     /// A plain release of `owner`'s holding left holds in place: the
     /// holding goes on (and is waited for again).
-    pub(crate) fn still_held(&self, key: &str, owner: &str, epoch: Option<u64>) {
+    pub(crate) fn still_held(&self, key: &str, owner: &str) {
         if let Some(h) = self
             .locked()
             .get_mut(key)
             .and_then(|s| s.holding.as_mut())
-            .filter(|h| h.matches(owner, epoch))
+            .filter(|h| h.is(owner))
         {
             h.releasing = false;
         }
@@ -355,13 +326,7 @@ impl LocalQueues {
     /// The hand-off to `waiter` happened. Returns true when the waiter had
     /// abandoned: the caller now holds the lock on its behalf and must
     /// release it (and may hand it on).
-    pub(crate) fn handed_off(
-        &self,
-        key: &str,
-        waiter: &Waiter,
-        grant: Grant,
-        holding: Holding,
-    ) -> bool {
+    pub(crate) fn handed_off(&self, key: &str, waiter: &Waiter, hold: Arc<Hold>) -> bool {
         let mut map = self.locked();
         let state = map.entry(key.to_string()).or_default();
         let abandoned = match state.position(waiter.id) {
@@ -369,9 +334,9 @@ impl LocalQueues {
             None => true,
         };
         state.budget = state.budget.saturating_sub(1);
-        state.holding = Some(holding);
+        state.holding = Some(Holding::new(hold.clone()));
         if !abandoned {
-            state.grants.push((waiter.id, grant));
+            state.grants.push((waiter.id, hold));
             waiter.notify.notify_one();
         }
         state.notify_head();
@@ -397,31 +362,21 @@ impl LocalQueues {
         }
     }
 
-    /// `owner`'s holding ended: released in Redis, found not held, or lost.
+    /// The hold `owner` ended: released in Redis, found not held, or lost.
     /// The head is told, so it can contend.
-    pub(crate) fn ended(&self, key: &str, owner: &str, epoch: Option<u64>) {
-        self.ended_stepping_back(key, owner, epoch, None);
+    pub(crate) fn ended(&self, key: &str, owner: &str) {
+        self.ended_stepping_back(key, owner, None);
     }
 
     /// Like [`ended`](Self::ended), after a release that other clients'
     /// waiters were told about: this client's head steps back for
     /// `step_back`, so that the lock goes round the clients.
-    pub(crate) fn ended_stepping_back(
-        &self,
-        key: &str,
-        owner: &str,
-        epoch: Option<u64>,
-        step_back: Option<Duration>,
-    ) {
+    pub(crate) fn ended_stepping_back(&self, key: &str, owner: &str, step_back: Option<Duration>) {
         let mut map = self.locked();
         let Some(state) = map.get_mut(key) else {
             return;
         };
-        if state
-            .holding
-            .as_ref()
-            .is_some_and(|h| h.matches(owner, epoch))
-        {
+        if state.holding.as_ref().is_some_and(|h| h.is(owner)) {
             state.holding = None;
             state.step_back_until = step_back.map(|d| Instant::now() + d);
             state.notify_head();
@@ -442,87 +397,102 @@ impl LocalQueues {
 mod tests {
     use super::*;
 
-    fn holding(owner: &str) -> Holding {
-        Holding {
-            owner: Arc::from(owner),
-            epoch: new_epoch(),
-            lost: CancellationToken::new(),
-            expires_at: None,
-            releasing: false,
-        }
-    }
+    static NEXT: AtomicU64 = AtomicU64::new(1);
 
-    fn grant() -> Grant {
-        Grant {
-            token: 7,
-            epoch: new_epoch(),
-            lost: CancellationToken::new(),
-            sent_at: Instant::now(),
-        }
+    fn hold() -> Arc<Hold> {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        Hold::granted(
+            Arc::from(format!("c:{n}")),
+            7,
+            None,
+            Instant::now(),
+            Duration::from_secs(30),
+        )
+        .expect("valid")
     }
 
     #[tokio::test]
     async fn only_the_head_contends_and_waits_for_a_local_holder() {
         let q = LocalQueues::default();
-        let a = q.join("k", Arc::from("c:1"), None);
-        let b = q.join("k", Arc::from("c:2"), None);
+        let a = q.join("k", None, None);
+        let b = q.join("k", None, None);
         assert!(matches!(q.turn("k", &a), Turn::Contend { .. }));
         assert!(matches!(q.turn("k", &b), Turn::Wait));
-        let h = holding("c:1");
-        q.acquired("k", h.clone(), Some(a.id));
-        assert!(q.is_holder("k", "c:1"));
-        assert!(!q.is_holder("k", "c:2"));
+        let h = hold();
+        q.acquired("k", Holding::new(h.clone()), Some(a.id));
         assert!(matches!(q.turn("k", &b), Turn::HeldLocally { .. }));
-        h.lost.cancel();
+        h.mark_lost("k", "test");
         assert!(matches!(q.turn("k", &b), Turn::Contend { .. }));
     }
 
     #[tokio::test]
     async fn a_hand_off_goes_to_the_head_and_is_picked_up_once() {
         let q = LocalQueues::default();
-        let h = holding("c:1");
-        q.acquired("k", h.clone(), None);
-        let b = q.join("k", Arc::from("c:2"), None);
+        let h = hold();
+        q.acquired("k", Holding::new(h.clone()), None);
+        let b = q.join("k", None, None);
         // the streak was set when the lock was taken: nobody waited then
-        assert!(q.offer("k", "c:1", Some(h.epoch)).is_none());
-        q.acquired("k", h.clone(), None); // a new streak with b queued
-        let target = q.offer("k", "c:1", Some(h.epoch)).expect("offer");
+        assert!(q.offer("k", &h.owner).is_none());
+        q.acquired("k", Holding::new(h.clone()), None); // a new streak with b queued
+        let target = q.offer("k", &h.owner).expect("offer");
         assert_eq!(target.id, b.id);
         assert!(
             matches!(q.turn("k", &b), Turn::Wait),
             "offered: do not contend"
         );
-        assert!(!q.handed_off("k", &target, grant(), holding("c:2")));
+        let next = hold();
+        assert!(!q.handed_off("k", &target, next.clone()));
         assert!(matches!(q.turn("k", &b), Turn::Granted(_)));
         assert!(q.leave("k", b.id).is_none());
-        assert!(q.is_holder("k", "c:2"));
-        q.ended("k", "c:2", None);
+        q.ended("k", &next.owner);
         assert_eq!(q.len(), 0, "idle state is dropped");
     }
 
     #[tokio::test]
     async fn a_waiter_that_leaves_during_a_hand_off_is_reported_abandoned() {
         let q = LocalQueues::default();
-        let h = holding("c:1");
-        let b = q.join("k", Arc::from("c:2"), None);
-        q.acquired("k", h.clone(), None);
-        let target = q.offer("k", "c:1", None).expect("offer");
+        let h = hold();
+        let b = q.join("k", None, None);
+        q.acquired("k", Holding::new(h.clone()), None);
+        let target = q.offer("k", &h.owner).expect("offer");
         assert!(q.leave("k", b.id).is_none());
-        assert!(q.handed_off("k", &target, grant(), holding("c:2")));
-        q.ended("k", "c:2", None);
+        let next = hold();
+        assert!(q.handed_off("k", &target, next.clone()));
+        q.ended("k", &next.owner);
         assert_eq!(q.len(), 0);
     }
 
     #[tokio::test]
-    async fn a_stale_holding_does_not_end_the_current_one() {
+    async fn a_stale_hold_does_not_end_the_current_one() {
         let q = LocalQueues::default();
-        let old = holding("c:1");
-        let new = holding("c:1");
-        q.acquired("k", old.clone(), None);
-        q.acquired("k", new.clone(), None);
-        q.ended("k", "c:1", Some(old.epoch));
-        assert_eq!(q.holding_epoch("k", "c:1"), Some(new.epoch));
-        q.ended("k", "c:1", Some(new.epoch));
+        let old = hold();
+        let new = hold();
+        q.acquired("k", Holding::new(old.clone()), None);
+        q.acquired("k", Holding::new(new.clone()), None);
+        q.ended("k", &old.owner);
+        assert_eq!(q.len(), 1, "the newer hold is still recorded");
+        q.ended("k", &new.owner);
         assert_eq!(q.len(), 0);
+    }
+
+    #[tokio::test]
+    async fn only_the_context_of_a_hold_re_enters_it() {
+        let q = LocalQueues::default();
+        let h = Hold::granted(
+            Arc::from("c:x"),
+            1,
+            Some(42),
+            Instant::now(),
+            Duration::from_secs(30),
+        )
+        .expect("valid");
+        q.acquired("k", Holding::new(h.clone()), None);
+        assert!(q.context_hold("k", 42).is_some());
+        assert!(q.context_hold("k", 43).is_none());
+        h.mark_lost("k", "test");
+        assert!(
+            q.context_hold("k", 42).is_none(),
+            "a lost hold is not re-entered"
+        );
     }
 }

@@ -63,6 +63,8 @@ pub(crate) struct Scripts {
     pub(crate) handoff: Script,
     pub(crate) renew: Script,
     pub(crate) force_unlock: Script,
+    /// Undoes an acquire or re-entry whose outcome is unknown.
+    pub(crate) cancel: Script,
 }
 
 impl Scripts {
@@ -73,6 +75,7 @@ impl Scripts {
             handoff: Script::new(include_str!("scripts/handoff.lua")),
             renew: Script::new(include_str!("scripts/renew.lua")),
             force_unlock: Script::new(include_str!("scripts/force_unlock.lua")),
+            cancel: Script::new(include_str!("scripts/cancel.lua")),
         }
     }
 }
@@ -90,6 +93,7 @@ mod tests {
             &s.handoff.sha,
             &s.renew.sha,
             &s.force_unlock.sha,
+            &s.cancel.sha,
         ];
         for sha in shas {
             assert_eq!(sha.len(), 40);
@@ -98,7 +102,7 @@ mod tests {
         let mut sorted: Vec<_> = shas.to_vec();
         sorted.sort();
         sorted.dedup();
-        assert_eq!(sorted.len(), 5);
+        assert_eq!(sorted.len(), 6);
     }
 
     #[test]

@@ -4,10 +4,15 @@
 //! renewal period (a third of it), so the schedule is a FIFO queue ordered by
 //! due time. When the front is due, the watchdog takes every entry due
 //! within the next tenth of a period and renews them in pipelined batches,
-//! one script call per batch, all batches at once. A renewal that
-//! answers 0 marks the lock lost at once; a renewal that fails is retried
-//! until the lease would have run out, and then the lock is marked lost.
-//! Several guards of one owner on one lock (re-entry) share one entry.
+//! one script call per batch, all batches at once.
+//!
+//! Entries are holds (see `hold`): a confirmed renewal pushes the hold's
+//! deadline to the renewal's send time plus the lease (minus the drift
+//! margin). A renewal that answers 0 marks the hold lost at once. A batch
+//! is bounded by the remaining validity of its holds, and a failed renewal
+//! is retried well before the deadline; a hold whose deadline passes is
+//! lost whatever the watchdog does (its guards compare with the clock).
+//! Several guards of one hold (re-entry) share one entry.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap};
@@ -21,20 +26,20 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client::Core;
 use crate::error::Error;
+use crate::hold::Hold;
 
 /// Renewals per script call (one round trip).
 const BATCH: usize = 512;
 
-/// Identifies a held lock: (lock key, owner id).
+/// Identifies a hold: (lock key, the hold's owner id).
 type EntryKey = (Arc<str>, Arc<str>);
 
 #[derive(Debug)]
 struct Entry {
     generation: u64,
-    /// The guards sharing this (key, owner): id and their "lost" signal.
-    guards: Vec<(u64, CancellationToken)>,
-    /// When the lease was last known to be extended.
-    renewed_at: Instant,
+    /// Watchdog-leased guards of this hold.
+    guards: usize,
+    hold: Arc<Hold>,
 }
 
 #[derive(Debug, Default)]
@@ -71,27 +76,19 @@ impl Watchdog {
         }
     }
 
-    /// Starts renewing (key, owner) for the guard `guard_id`; `lost` is
-    /// cancelled when the lock is found lost.
-    pub(crate) fn register(
-        &self,
-        key: Arc<str>,
-        owner: Arc<str>,
-        guard_id: u64,
-        lost: CancellationToken,
-        acquired_at: Instant,
-    ) {
+    /// Starts renewing `hold` of the lock `key` for one more guard.
+    pub(crate) fn register(&self, key: Arc<str>, hold: Arc<Hold>) {
         let mut s = locked(&self.schedule);
-        let entry_key = (key, owner);
+        let entry_key = (key, hold.owner.clone());
         if let Some(entry) = s.entries.get_mut(&entry_key) {
-            entry.guards.push((guard_id, lost));
+            entry.guards += 1;
             return;
         }
         s.next_generation += 1;
         let generation = s.next_generation;
         let was_empty = s.entries.is_empty();
         s.queue.push(Reverse((
-            acquired_at + self.period,
+            Instant::now() + self.period,
             generation,
             entry_key.clone(),
         )));
@@ -99,8 +96,8 @@ impl Watchdog {
             entry_key,
             Entry {
                 generation,
-                guards: vec![(guard_id, lost)],
-                renewed_at: acquired_at,
+                guards: 1,
+                hold,
             },
         );
         drop(s);
@@ -109,19 +106,20 @@ impl Watchdog {
         }
     }
 
-    /// Stops renewing for `guard_id`; the entry goes when its last guard does.
-    pub(crate) fn unregister(&self, key: &Arc<str>, owner: &Arc<str>, guard_id: u64) {
+    /// One guard of the hold `owner` stops renewing; the entry goes with
+    /// its last guard.
+    pub(crate) fn unregister(&self, key: &str, owner: &Arc<str>) {
         let mut s = locked(&self.schedule);
-        let entry_key = (key.clone(), owner.clone());
+        let entry_key: EntryKey = (Arc::from(key), owner.clone());
         if let Some(entry) = s.entries.get_mut(&entry_key) {
-            entry.guards.retain(|(id, _)| *id != guard_id);
-            if entry.guards.is_empty() {
+            entry.guards = entry.guards.saturating_sub(1);
+            if entry.guards == 0 {
                 s.entries.remove(&entry_key);
             }
         }
     }
 
-    /// Number of (key, owner) entries being renewed.
+    /// Number of holds being renewed.
     pub(crate) fn len(&self) -> usize {
         locked(&self.schedule).entries.len()
     }
@@ -163,10 +161,11 @@ async fn run(
             _ = tokio::time::sleep_until(next_due.unwrap_or_else(Instant::now)), if next_due.is_some() => {}
         }
 
-        // Take everything due now or within the slack.
+        // Take everything due now or within the slack; holds whose
+        // deadline has passed are lost, not renewed.
         let now = Instant::now();
         let horizon = now + slack;
-        let mut due: Vec<(EntryKey, u64)> = Vec::new();
+        let mut due: Vec<(EntryKey, u64, Arc<Hold>)> = Vec::new();
         {
             let mut guard = locked(&schedule);
             let s = &mut *guard;
@@ -177,12 +176,14 @@ async fn run(
                 let Some(Reverse((_, generation, key))) = s.queue.pop() else {
                     break;
                 };
-                let live = s
-                    .entries
-                    .get(&key)
-                    .is_some_and(|e| e.generation == generation);
-                if live {
-                    due.push((key, generation));
+                let hold = match s.entries.get(&key) {
+                    Some(e) if e.generation == generation => e.hold.clone(),
+                    _ => continue,
+                };
+                if hold.is_valid() {
+                    due.push((key, generation, hold));
+                } else {
+                    mark_lost(s, &key, "its deadline passed before it could be renewed");
                 }
             }
         }
@@ -191,18 +192,29 @@ async fn run(
         }
 
         let started = Instant::now();
-        let lease_ms = core.config.watchdog_timeout.as_millis() as u64;
-        // One slow connection must not hold up every renewal: a batch that
-        // takes longer than a period counts as failed and is retried.
-        let batches = due.chunks(BATCH).map(|chunk| async {
-            match tokio::time::timeout(period, renew_batch(&core, chunk, lease_ms)).await {
-                Ok(result) => result,
-                Err(_) => Err(Error::CommandTimeout),
+        let lease = core.config.watchdog_timeout;
+        let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+        // A batch may take at most a period, and never longer than its
+        // most urgent hold has left: an answer after that is of no use.
+        let core_ref = &*core;
+        let batches = due.chunks(BATCH).map(|chunk| {
+            let bound = chunk
+                .iter()
+                .map(|(_, _, hold)| hold.remaining())
+                .min()
+                .unwrap_or(period)
+                .min(period)
+                .max(Duration::from_millis(1));
+            async move {
+                match tokio::time::timeout(bound, renew_batch(core_ref, chunk, lease_ms)).await {
+                    Ok(result) => result,
+                    Err(_) => Err(Error::CommandTimeout),
+                }
             }
         });
         let results = futures_util::future::join_all(batches).await;
         for err in results.iter().filter_map(|r| r.as_ref().err()) {
-            tracing::warn!(error = %err, "lock watchdog renewal failed; will retry until the lease runs out");
+            tracing::warn!(error = %err, "lock watchdog renewal failed; retrying before the locks' deadlines");
             core.report(err);
         }
 
@@ -211,32 +223,30 @@ async fn run(
         let after = Instant::now();
         let mut lost = 0usize;
         for (chunk, result) in due.chunks(BATCH).zip(results) {
-            for (i, (key, generation)) in chunk.iter().enumerate() {
+            for (i, (key, generation, hold)) in chunk.iter().enumerate() {
                 let outcome = match &result {
                     Ok(values) => values.get(i).copied().flatten(),
                     Err(_) => None,
                 };
-                let Some(entry) = s.entries.get_mut(key) else {
-                    continue;
-                };
-                if entry.generation != *generation {
+                let live = s
+                    .entries
+                    .get(key)
+                    .is_some_and(|e| e.generation == *generation);
+                if !live {
                     continue;
                 }
                 let next_due = match outcome {
-                    Some(true) => {
-                        // The lease runs from when the renewal was sent, and
-                        // so does the period: a slow pass must not stretch
-                        // the renewal cadence.
-                        entry.renewed_at = started;
-                        Ok(started + period)
-                    }
+                    // The lease runs from when the renewal was sent, and so
+                    // does the period: a slow pass must not stretch the
+                    // renewal cadence.
+                    Some(true) if hold.extend(started, lease) => Ok(started + period),
+                    Some(true) => Err("its deadline passed while it was being renewed"),
                     Some(false) => Err("the lock is gone (expired, deleted or force-unlocked)"),
-                    None if after.duration_since(entry.renewed_at)
-                        >= core.config.watchdog_timeout =>
-                    {
-                        Err("renewals failed until the lease ran out")
-                    }
-                    None => Ok(after + retry_delay),
+                    None => match hold.remaining() {
+                        left if left.is_zero() => Err("renewals failed until its deadline"),
+                        // Retry soon enough to have another go before the deadline.
+                        left => Ok(after + retry_delay.min(left / 3).max(Duration::from_millis(1))),
+                    },
                 };
                 match next_due {
                     Ok(at) => s.queue.push(Reverse((at, *generation, key.clone()))),
@@ -259,10 +269,7 @@ async fn run(
 
 fn mark_lost(s: &mut Schedule, key: &EntryKey, why: &str) {
     if let Some(entry) = s.entries.remove(key) {
-        tracing::warn!(lock = %key.0, owner = %key.1, reason = why, "lock lost");
-        for (_, token) in entry.guards {
-            token.cancel();
-        }
+        entry.hold.mark_lost(&key.0, why);
     }
 }
 
@@ -274,12 +281,12 @@ fn mark_lost(s: &mut Schedule, key: &EntryKey, why: &str) {
 /// be split by hash slot; this client speaks to a single Redis server.
 async fn renew_batch(
     core: &Core,
-    chunk: &[(EntryKey, u64)],
+    chunk: &[(EntryKey, u64, Arc<Hold>)],
     lease_ms: u64,
 ) -> Result<Vec<Option<bool>>, Error> {
     let script = &core.scripts.renew;
-    let keys: Vec<&str> = chunk.iter().map(|((key, _), _)| &**key).collect();
-    let owners: Vec<&str> = chunk.iter().map(|((_, owner), _)| &**owner).collect();
+    let keys: Vec<&str> = chunk.iter().map(|((key, _), _, _)| &**key).collect();
+    let owners: Vec<&str> = chunk.iter().map(|((_, owner), _, _)| &**owner).collect();
     let cmd = script.evalsha(&keys, (lease_ms, owners));
     let mut conn = core.pool.checkout().await.map_err(Error::from)?;
     let reply = script.run(&mut conn, &cmd).await?;

@@ -613,9 +613,14 @@ async fn data_layout_matches_redisson_rlock() {
     let kind: String = cmd(&mut conn, &["TYPE", "layout"]).await;
     assert_eq!(kind, "hash");
     let fields: HashMap<String, String> = cmd(&mut conn, &["HGETALL", "layout"]).await;
-    let owner = format!("{}:{}", e.client.client_id(), ctx.id());
+    // One field per hold: "<client-uuid>:<n>", n a number of this hold's
+    // own; the re-entry shares it.
+    let owner = g1.owner_id().to_string();
+    assert_eq!(g2.owner_id(), owner);
+    let (uuid, n) = owner.rsplit_once(':').expect("uuid:n");
+    assert_eq!(uuid, e.client.client_id());
+    assert!(n.parse::<u64>().is_ok(), "{owner}");
     assert_eq!(fields, HashMap::from([(owner.clone(), "2".to_string())]));
-    assert_eq!(g1.owner_id(), owner);
     let pttl: i64 = cmd(&mut conn, &["PTTL", "layout"]).await;
     assert!(
         pttl > 25_000 && pttl <= 30_000,

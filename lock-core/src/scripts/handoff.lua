@@ -3,10 +3,11 @@
 -- At most once per request id.
 -- KEYS[1] lock hash, KEYS[2] fencing counter, KEYS[3] unlock latch for this request
 -- ARGV[1] owner id, ARGV[2] lease in ms (at least this long while holds remain),
--- ARGV[3] latch lifetime in ms, ARGV[4] next owner id, ARGV[5] next owner's lease in ms
+-- ARGV[3] latch lifetime in ms, ARGV[4] next owner id (a new hold's id),
+-- ARGV[5] next owner's lease in ms, ARGV[6] lifetime in ms of the token key
 -- Returns {0, 0} when holds remain, {3, token} when the lock went to the next
--- owner (with a new fencing token), {-1, 0} when the owner did not hold it.
--- A retried request returns its first result.
+-- owner (with a new fencing token, drawn as in acquire.lua), {-1, 0} when
+-- the owner did not hold it. A retried request returns its first result.
 local first = redis.call('get', KEYS[3])
 if first then
   local kind, value = string.match(first, '^(%-?%d+):(%d+)$')
@@ -27,7 +28,13 @@ else
   redis.call('hincrby', KEYS[1], ARGV[4], 1)
   redis.call('pexpire', KEYS[1], ARGV[5])
   kind = 3
-  value = redis.call('incr', KEYS[2])
+  local now = redis.call('time')
+  value = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local last = tonumber(redis.call('get', KEYS[2]))
+  if last ~= nil and last >= value then
+    value = last + 1
+  end
+  redis.call('set', KEYS[2], string.format('%.0f', value), 'px', ARGV[6])
 end
-redis.call('set', KEYS[3], kind .. ':' .. value, 'px', ARGV[3])
+redis.call('set', KEYS[3], kind .. ':' .. string.format('%.0f', value), 'px', ARGV[3])
 return {kind, value}

@@ -148,6 +148,8 @@ where
                         unreachable!("the state was Acquiring a moment ago");
                     };
                     let mut service = service;
+                    // The handler runs inside the lock's section.
+                    let ctx = ctx.enter(&guard);
                     let future = match in_context(&ctx, cx, |_| Poll::Ready(service.call(req))) {
                         Poll::Ready(future) => future,
                         Poll::Pending => unreachable!("a scoped closure that is ready is ready"),

@@ -145,9 +145,11 @@ where
             Err(e) => return ResponseFuture::rejected(LockError::new(key, e), flavour),
         };
         // Nested layers (or a caller already in a context) share the
-        // caller's context, so the inner one re-enters.
+        // caller's context; the lock is taken for a section, so a layer or
+        // handler nested in it re-enters while sibling requests driven from
+        // one task exclude each other.
         let ctx = LockContext::current().unwrap_or_else(LockContext::new);
-        let options = self.settings.acquire_options();
+        let options = self.settings.acquire_options().for_section();
         let acquire = Box::pin(
             ctx.clone()
                 .scope(async move { lock.acquire_with(options).await }),

@@ -1,0 +1,270 @@
+//! A hold's life: one identity, one deadline, one place.
+//!
+//! A *hold* is what one fresh acquisition creates (or one hand-off from a
+//! local holder); re-entries add counts to it; it ends when its count
+//! reaches zero, when it is lost, or when it is handed on.
+//!
+//! - **Identity.** Every hold has an owner id `"<client-uuid>:<n>"` that no
+//!   other hold ever had: it is the hold's field in the lock's Redis hash
+//!   (Redisson's layout, unchanged), its entry in the watchdog and in the
+//!   local queue. Release, renewal, re-entry and hand-off scripts name that
+//!   field, so a stale guard can only ever touch its own, finished hold —
+//!   never a newer hold of the same lock context.
+//! - **Deadline.** A hold is valid until the send time of the last acquire
+//!   or renewal Redis confirmed, plus the lease, minus a drift margin
+//!   ([`drift_margin`]). [`Hold::is_valid`] compares that deadline with the
+//!   monotonic clock; [`Hold::lost`] is a timer at the deadline. Renewal
+//!   replies only ever push the deadline later, and only while it has not
+//!   passed: once invalid, a hold stays invalid.
+//! - **At most once.** Fresh acquisitions use a new owner id per attempt;
+//!   re-entries carry a request id remembered by the script. An attempt
+//!   whose reply was lost (or arrived too late) is cancelled by the `cancel`
+//!   script, which undoes it if it was applied and makes sure a late copy
+//!   is never applied. So the hold count in Redis equals the guards that
+//!   exist.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// The part of a lease that is not trusted: clocks of the client and of the
+/// Redis server may run at slightly different rates, and timers fire late.
+/// 1 % of the lease plus 2 ms (the margin the Redlock analysis uses).
+///
+/// ```text
+/// lease 30 s  -> valid for 29.698 s after the request was sent
+/// lease 600 ms -> valid for 592 ms
+/// ```
+pub(crate) fn drift_margin(lease: Duration) -> Duration {
+    lease / 100 + Duration::from_millis(2)
+}
+
+/// How long after the send time of a confirmed acquire or renewal a hold
+/// with `lease` stays valid.
+pub(crate) fn validity(lease: Duration) -> Duration {
+    lease.saturating_sub(drift_margin(lease))
+}
+
+/// One hold of a lock by this client.
+#[derive(Debug)]
+pub(crate) struct Hold {
+    /// The hold's identity: its field in the lock hash. Never reused.
+    pub(crate) owner: Arc<str>,
+    /// The fencing token drawn when the hold was created.
+    pub(crate) token: u64,
+    /// The lock context whose manual acquisitions re-enter this hold
+    /// (`None`: only acquisitions nested in its section, if any).
+    pub(crate) context: Option<u64>,
+    /// Reference point of `valid_until_us`.
+    origin: Instant,
+    /// End of validity, in µs after `origin`.
+    valid_until_us: AtomicU64,
+    /// Cancelled once the hold is known lost (or its deadline was seen to pass).
+    lost: CancellationToken,
+    /// Set by the first `mark_lost`, so the loss is logged once.
+    lost_logged: AtomicBool,
+}
+
+impl Hold {
+    /// A hold granted by a request sent at `sent_at` with `lease`; `None`
+    /// when its validity has already run out (the reply came too late).
+    pub(crate) fn granted(
+        owner: Arc<str>,
+        token: u64,
+        context: Option<u64>,
+        sent_at: Instant,
+        lease: Duration,
+    ) -> Option<Arc<Hold>> {
+        let deadline = sent_at + validity(lease);
+        if Instant::now() >= deadline {
+            return None;
+        }
+        Some(Arc::new(Hold {
+            owner,
+            token,
+            context,
+            origin: sent_at,
+            valid_until_us: AtomicU64::new(micros(validity(lease))),
+            lost: CancellationToken::new(),
+            lost_logged: AtomicBool::new(false),
+        }))
+    }
+
+    /// When the hold stops being valid, unless renewed before.
+    pub(crate) fn deadline(&self) -> Instant {
+        self.origin + Duration::from_micros(self.valid_until_us.load(Ordering::Acquire))
+    }
+
+    /// Whether the hold is valid now: not known lost, deadline not passed.
+    pub(crate) fn is_valid(&self) -> bool {
+        !self.lost.is_cancelled() && Instant::now() < self.deadline()
+    }
+
+    /// Time left before the deadline (zero once invalid).
+    pub(crate) fn remaining(&self) -> Duration {
+        if self.lost.is_cancelled() {
+            return Duration::ZERO;
+        }
+        self.deadline().saturating_duration_since(Instant::now())
+    }
+
+    /// Redis confirmed a request (renewal, re-entry) sent at `sent_at` that
+    /// set the lease to at least `lease`: the deadline moves to
+    /// `sent_at + validity(lease)` if that is later. Returns false (and
+    /// changes nothing) when the hold is no longer valid: a late reply
+    /// never revives a hold.
+    pub(crate) fn extend(&self, sent_at: Instant, lease: Duration) -> bool {
+        let new_end = sent_at + validity(lease);
+        let new_us = micros(new_end.saturating_duration_since(self.origin));
+        let mut current = self.valid_until_us.load(Ordering::Acquire);
+        loop {
+            if self.lost.is_cancelled()
+                || Instant::now() >= self.origin + Duration::from_micros(current)
+            {
+                return false;
+            }
+            if new_us <= current {
+                return true;
+            }
+            match self.valid_until_us.compare_exchange_weak(
+                current,
+                new_us,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return true,
+                Err(seen) => current = seen,
+            }
+        }
+    }
+
+    /// The hold is known lost (Redis says it is gone, or its deadline
+    /// passed): wakes every `lost()` future. Logs once.
+    pub(crate) fn mark_lost(&self, lock: &str, why: &str) {
+        if !self.lost_logged.swap(true, Ordering::AcqRel) {
+            tracing::warn!(lock, owner = %self.owner, reason = why, "lock lost");
+        }
+        self.lost.cancel();
+    }
+
+    /// Whether the hold was marked lost (not merely past its deadline).
+    pub(crate) fn is_marked_lost(&self) -> bool {
+        self.lost.is_cancelled()
+    }
+
+    /// Resolves at the hold's deadline (following renewals) or when it is
+    /// marked lost, whichever comes first. One timer for the caller; no
+    /// task, nothing allocated per renewal.
+    pub(crate) async fn lost(&self) {
+        loop {
+            let deadline = self.deadline();
+            tokio::select! {
+                _ = self.lost.cancelled() => return,
+                _ = tokio::time::sleep_until(deadline) => {
+                    if !self.is_valid() {
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hold(lease_ms: u64) -> Arc<Hold> {
+        Hold::granted(
+            Arc::from("c:1"),
+            1,
+            None,
+            Instant::now(),
+            Duration::from_millis(lease_ms),
+        )
+        .expect("fresh grant is valid")
+    }
+
+    #[test]
+    fn margin_is_one_percent_plus_two_ms() {
+        assert_eq!(
+            validity(Duration::from_secs(30)),
+            Duration::from_millis(29_698)
+        );
+        assert_eq!(
+            validity(Duration::from_millis(600)),
+            Duration::from_millis(592)
+        );
+        assert_eq!(validity(Duration::from_millis(1)), Duration::ZERO);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn validity_ends_at_the_deadline_without_any_reply() {
+        let h = hold(1000);
+        assert!(h.is_valid());
+        tokio::time::sleep(Duration::from_millis(987)).await;
+        assert!(h.is_valid());
+        tokio::time::sleep(Duration::from_millis(2)).await;
+        assert!(!h.is_valid(), "1000 ms lease: valid for 988 ms");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn lost_fires_at_the_deadline_and_follows_extensions() {
+        let h = hold(1000);
+        let start = Instant::now();
+        let h2 = h.clone();
+        let waiter = tokio::spawn(async move {
+            h2.lost().await;
+            Instant::now()
+        });
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        assert!(h.extend(Instant::now(), Duration::from_millis(1000)));
+        let fired = waiter.await.expect("lost task");
+        assert_eq!(fired - start, Duration::from_millis(500 + 988));
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_late_reply_never_revives_a_hold() {
+        let h = hold(100);
+        let sent = Instant::now();
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        assert!(!h.extend(
+            sent + Duration::from_millis(100),
+            Duration::from_millis(100)
+        ));
+        assert!(!h.is_valid());
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn extensions_only_move_the_deadline_later() {
+        let h = hold(1000);
+        let before = h.deadline();
+        assert!(h.extend(Instant::now(), Duration::from_millis(10)));
+        assert_eq!(h.deadline(), before);
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn a_grant_past_its_validity_is_refused() {
+        let sent = Instant::now();
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        assert!(
+            Hold::granted(Arc::from("c:1"), 1, None, sent, Duration::from_millis(600)).is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn marked_lost_stays_lost() {
+        let h = hold(10_000);
+        h.mark_lost("k", "test");
+        assert!(!h.is_valid());
+        assert!(!h.extend(Instant::now(), Duration::from_secs(10)));
+        h.lost().await; // resolves at once
+    }
+}

@@ -1,0 +1,27 @@
+-- Cancel an acquire or re-entry whose outcome is unknown (its reply was
+-- lost or came too late): undo it if it was applied, and make sure a late
+-- copy of the request is never applied (acquire.lua refuses a request whose
+-- latch exists).
+-- KEYS[1] lock hash, KEYS[2] unlock channel, KEYS[3] the request's latch
+-- ARGV[1] the hold's owner id, ARGV[2] mode ('new' or 're', as in
+-- acquire.lua), ARGV[3] unlock message, ARGV[4] latch lifetime in ms
+-- Returns 1 when an applied request was undone, 0 otherwise.
+local first = redis.call('get', KEYS[3])
+redis.call('set', KEYS[3], 'x', 'px', ARGV[4])
+local applied
+if ARGV[2] == 'new' then
+  -- a new owner id appears in the hash only through its own acquisition
+  applied = (not first) and redis.call('hexists', KEYS[1], ARGV[1]) == 1
+else
+  applied = first == '1' and redis.call('hexists', KEYS[1], ARGV[1]) == 1
+end
+if not applied then
+  return 0
+end
+if ARGV[2] == 'new' or redis.call('hincrby', KEYS[1], ARGV[1], -1) <= 0 then
+  redis.call('hdel', KEYS[1], ARGV[1])
+end
+if redis.call('exists', KEYS[1]) == 0 then
+  redis.call('publish', KEYS[2], ARGV[3])
+end
+return 1
