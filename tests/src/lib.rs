@@ -6,6 +6,10 @@
 //! `127.0.0.1`. Each [`RedisServer`] has its own temp dir, runs with
 //! persistence off, and is killed and reaped when dropped.
 //!
+//! A [`FaultProxy`] can sit between a client and a server to inject network
+//! faults: black holes, latency, and one-shot faults aimed at one command or
+//! its reply (delay, cut after N bytes with FIN or RST, lost reply).
+//!
 //! The binary is `$REDIS_SERVER_BIN` if set, else `redis-server` on `PATH`
 //! (or whatever [`RedisServerBuilder::binary`] says).
 //!
@@ -23,9 +27,11 @@
 #![deny(missing_docs)]
 
 mod error;
+mod proxy;
 mod resp;
 mod server;
 
 pub use error::HarnessError;
+pub use proxy::{CommandMatch, CutKind, Direction, Fault, FaultHandle, FaultProxy};
 pub use resp::RespValue;
 pub use server::{free_port, RedisServer, RedisServerBuilder, REDIS_SERVER_BIN_ENV};
