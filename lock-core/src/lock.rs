@@ -453,6 +453,14 @@ impl Lock {
                         _ = until_deadline() => {}
                     }
                 }
+                // Manual acquisitions of one context re-enter its hold, even
+                // when they were waiting before it was taken (`join!`).
+                Turn::HeldLocally { hold } if context.is_some() && hold.context == context => {
+                    match self.reenter(&hold, options.lease).await? {
+                        Reentry::Entered(guard) => return Ok(Some(guard)),
+                        Reentry::Gone => {}
+                    }
+                }
                 Turn::HeldLocally { hold } => {
                     tokio::select! {
                         _ = waiter.notify.notified() => {}

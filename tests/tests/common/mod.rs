@@ -108,3 +108,46 @@ pub fn spawn_child(envs: &[(&str, String)], stdin: Stdio) -> Child {
         .spawn()
         .unwrap_or_else(|e| panic!("spawn child: {e}"))
 }
+
+/// An independent observer of "never two inside": a counter in Redis, read
+/// and written with its own connection (not the lock library's). Every
+/// critical section calls [`Inside::enter`] when it starts and
+/// [`Inside::leave`] when it ends; `enter` seeing anyone else inside is a
+/// violation, counted in Redis too.
+#[derive(Clone)]
+pub struct Inside {
+    conn: redis::aio::MultiplexedConnection,
+    key: String,
+}
+
+impl Inside {
+    pub async fn new(server: &RedisServer, name: &str) -> Inside {
+        let mut conn = raw(server).await;
+        let key = format!("observer:inside:{name}");
+        let _: () = cmd(&mut conn, &["DEL", &key, &format!("{key}:violations")]).await;
+        Inside { conn, key }
+    }
+
+    /// Marks one more section inside; false (and a recorded violation) when
+    /// another one was inside already.
+    pub async fn enter(&mut self) -> bool {
+        let key = self.key.clone();
+        let now: i64 = cmd(&mut self.conn, &["INCR", &key]).await;
+        if now != 1 {
+            let _: i64 = cmd(&mut self.conn, &["INCR", &format!("{key}:violations")]).await;
+        }
+        now == 1
+    }
+
+    pub async fn leave(&mut self) {
+        let key = self.key.clone();
+        let _: i64 = cmd(&mut self.conn, &["DECR", &key]).await;
+    }
+
+    /// Violations recorded so far.
+    pub async fn violations(&mut self) -> i64 {
+        let key = format!("{}:violations", self.key);
+        let n: Option<i64> = cmd(&mut self.conn, &["GET", &key]).await;
+        n.unwrap_or(0)
+    }
+}
