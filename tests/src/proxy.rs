@@ -173,7 +173,10 @@ pub enum Fault {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CommandMatch {
     name: Option<String>,
-    arg: Option<Vec<u8>>,
+    /// Each must be a substring of some argument.
+    contains: Vec<Vec<u8>>,
+    /// Each must equal some argument.
+    exact: Vec<Vec<u8>>,
 }
 
 impl CommandMatch {
@@ -192,7 +195,8 @@ impl CommandMatch {
     pub fn any() -> CommandMatch {
         CommandMatch {
             name: None,
-            arg: None,
+            contains: Vec::new(),
+            exact: Vec::new(),
         }
     }
 
@@ -211,12 +215,13 @@ impl CommandMatch {
     pub fn name(name: &str) -> CommandMatch {
         CommandMatch {
             name: Some(name.to_owned()),
-            arg: None,
+            contains: Vec::new(),
+            exact: Vec::new(),
         }
     }
 
     /// Also requires one of the arguments after the name to contain `needle`
-    /// (a byte substring, case-sensitive).
+    /// (a byte substring, case-sensitive). Several calls all must hold.
     ///
     /// ```
     /// use lock_tests::{CommandMatch, FaultProxy, RedisServer};
@@ -230,7 +235,28 @@ impl CommandMatch {
     /// ```
     #[must_use]
     pub fn with_arg(mut self, needle: impl AsRef<[u8]>) -> CommandMatch {
-        self.arg = Some(needle.as_ref().to_vec());
+        self.contains.push(needle.as_ref().to_vec());
+        self
+    }
+
+    /// Also requires one of the arguments after the name to equal `arg`
+    /// exactly. Several calls (and [`with_arg`](Self::with_arg)) all must hold.
+    ///
+    /// ```
+    /// use lock_tests::{CommandMatch, FaultProxy, RedisServer};
+    ///
+    /// let server = RedisServer::start()?;
+    /// let proxy = FaultProxy::start(server.addr())?;
+    /// let h = proxy.observe_next(CommandMatch::name("SET").with_exact_arg("v").with_arg("ord"));
+    /// proxy.command(&["SET", "lock:orders", "value"])?; // "value" is not "v"
+    /// assert!(!h.matched());
+    /// proxy.command(&["SET", "lock:orders", "v"])?;
+    /// assert!(h.matched());
+    /// # Ok::<(), lock_tests::HarnessError>(())
+    /// ```
+    #[must_use]
+    pub fn with_exact_arg(mut self, arg: impl AsRef<[u8]>) -> CommandMatch {
+        self.exact.push(arg.as_ref().to_vec());
         self
     }
 
@@ -243,10 +269,10 @@ impl CommandMatch {
                 return false;
             }
         }
-        match &self.arg {
-            None => true,
-            Some(needle) => rest.iter().any(|a| contains(a, needle)),
-        }
+        self.contains
+            .iter()
+            .all(|needle| rest.iter().any(|a| contains(a, needle)))
+            && self.exact.iter().all(|want| rest.iter().any(|a| a == want))
     }
 }
 
