@@ -32,16 +32,19 @@
 //!   holder's unlock message or the holder's remaining TTL, whichever comes
 //!   first. One subscriber connection per client; an unlock wakes one local
 //!   waiter.
-//! - **Reentrancy** through [`LockContext`]: acquiring a lock that the
-//!   current context holds increments its hold count instead of waiting.
+//! - **Reentrancy** through [`LockContext`]: a call nested in a held
+//!   section, or a manual acquisition in a context that holds the lock,
+//!   increments the hold count instead of waiting.
 //! - **Guards** ([`LockGuard`]) that release on drop (in the background) or
 //!   with [`LockGuard::release`], which reports whether the lock was still
 //!   held.
 //! - **Lost-lock signalling**: [`LockGuard::is_held`] and
 //!   [`LockGuard::lost`] tell a critical section that its lock expired or
 //!   was taken away.
-//! - **Fencing tokens** ([`LockGuard::fencing_token`]): a per-lock counter
-//!   that grows with every new holder.
+//! - **Fencing tokens** ([`LockGuard::fencing_token`]): per lock, strictly
+//!   growing with every new holder, also across a Redis restart.
+//! - **A local validity deadline** on every guard: never "held" after the
+//!   lease may have run out in Redis.
 //! - **A process-wide default client** ([`install_default`],
 //!   [`default_client`]) for code that does not pass one around, such as
 //!   the `#[distributed_lock]` attribute.
@@ -119,16 +122,33 @@
 //! | `isHeldByCurrentThread()`     | `lock.is_held_by_current_context().await`   |
 //! | `remainTimeToLive()`          | `lock.remaining_ttl().await`                |
 //! | `RFencedLock.getToken()`      | `guard.fencing_token()`                     |
-//! | thread                        | [`LockContext`] (a task-local owner)        |
+//! | thread                        | [`LockContext`] (a task-local re-entry scope) |
 //! | `lockWatchdogTimeout`         | [`ClientBuilder::watchdog_timeout`]         |
 //!
-//! # Ownership in async code
+//! # Ownership and re-entry in async code
 //!
-//! Java ties a lock to a thread; tokio tasks move between threads, so a lock
-//! belongs to a [`LockContext`]. Outside any context every acquisition is a
-//! new owner, so two guards never share a lock by accident. Inside
-//! [`in_context`] (or [`LockContext::scope`]) acquisitions of the same lock
-//! re-enter it:
+//! Every fresh acquisition creates a *hold* with an owner id of its own,
+//! `"<client-uuid>:<n>"`; re-entries add counts to that hold. A guard only
+//! ever releases, renews or hands off its own hold, so a stale guard (its
+//! hold lost, the lock taken again in the same context) can never touch
+//! the newer hold.
+//!
+//! Java ties re-entry to a thread; tokio tasks move between threads, so
+//! here it is tied to a [`LockContext`], in one of two ways:
+//!
+//! - **Sections** — what `#[distributed_lock]` and lock-tower's layer do: a
+//!   hold taken for a section is re-entered only by acquisitions *nested*
+//!   in the section (made while its body runs). Sibling futures of one task
+//!   (`join!`, `select!`, `join_all`) are not nested in each other, so they
+//!   exclude each other.
+//! - **Manual acquisitions inside an open context** ([`in_context`],
+//!   [`LockContext::scope`]): the context is like a Java thread. A hold it
+//!   takes with [`Lock::acquire`] and friends is re-entered by every later
+//!   acquisition of that lock in the context — sibling futures joined
+//!   inside the context included, so use one context per logical owner.
+//!
+//! Outside any context every acquisition is a new hold, so two guards never
+//! share a lock by accident:
 //!
 //! ```no_run
 //! # async fn demo(client: lock_core::LockClient) -> lock_core::Result<()> {
@@ -137,6 +157,7 @@
 //!     let outer = lock.acquire().await?;
 //!     let inner = lock.acquire().await?; // same context: re-enters at once
 //!     assert_eq!(lock.hold_count().await?, 2);
+//!     assert_eq!(inner.owner_id(), outer.owner_id()); // one hold, two counts
 //!     inner.release().await?;
 //!     outer.release().await
 //! })
@@ -147,15 +168,41 @@
 //! A spawned task starts without a context, like a new thread; carry one
 //! into it with [`LockContext::current`] and [`LockContext::scope`].
 //!
+//! # How long a guard is valid
+//!
+//! A guard is valid until a local deadline: the send time of the last
+//! acquire or renewal that Redis confirmed, plus the lease, minus a drift
+//! margin of 1 % of the lease + 2 ms. [`LockGuard::is_held`] compares the
+//! deadline with the monotonic clock and [`LockGuard::lost`] is a timer at
+//! it, so a partition, a paused Redis or a blocked runtime can never make a
+//! guard say "held" after its lease may have run out in Redis; renewals only
+//! push the deadline on. A grant whose reply arrives after its validity is
+//! undone and never handed out. An acquisition whose reply was lost is
+//! cancelled in the background (undone if Redis applied it, refused if it
+//! arrives later), so the hold count in Redis always equals the guards that
+//! exist.
+//!
 //! # On the wire (compatible with Redisson)
 //!
-//! A lock is a Redis hash at the lock's key whose field is the owner id
-//! `"<client-uuid>:<n>"` and whose value is the hold count; the key's TTL is
-//! the lease. Releases publish `0` on `redisson_lock__channel:{<key>}`.
-//! Fencing tokens come from `INCR redisson_lock_token:{<key>}`, as
-//! Redisson's `RFencedLock`. Every change is one Lua script (EVALSHA), so a
-//! Java service using Redisson and a Rust service using this crate exclude
-//! each other on the same lock name.
+//! A lock is a Redis hash at the lock's key whose field is the hold's owner
+//! id `"<client-uuid>:<n>"` and whose value is the hold count; the key's TTL
+//! is the lease. Releases publish `0` on `redisson_lock__channel:{<key>}`.
+//! Helper names follow Redisson's rule: `<kind>:{<key>}`, or `<kind>:<key>`
+//! when the key already holds a `{` (its own hash tag), and names that are
+//! another lock's helper keys are rejected. Every change is one Lua script
+//! (EVALSHA), so a Java service using Redisson and a Rust service using
+//! this crate exclude each other on the same lock name.
+//!
+//! Fencing tokens are a hybrid logical clock on the server's `TIME`:
+//! `max(last token + 1, server time in µs)`, the last token kept at
+//! `redisson_lock_token:{<key>}` for the client's
+//! [token retention](ClientBuilder::token_retention) (60 s by default).
+//! They grow strictly across holders, releases and a restart that lost
+//! every key, and names no longer used cost no memory. Redisson's
+//! `RFencedLock` increments the same key: its tokens stay above ours while
+//! the key lives, but after the key expired a Redisson client restarts at
+//! 1, below our clock-based tokens; a fleet that mixes both languages
+//! should fence on one side's tokens only.
 //!
 //! # Waiting, fairly and cheaply
 //!
