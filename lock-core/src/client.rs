@@ -308,10 +308,19 @@ impl Core {
             &[keys.lock.as_str(), keys.channel.as_str(), latch.as_str()],
             (owner, lease_ms, crate::keys::UNLOCK_MESSAGE, latch_ms),
         );
+        let retried = std::sync::atomic::AtomicBool::new(false);
         let reply = self
-            .run_with_retries(keys, &self.scripts.release, &cmd, on_retry)
+            .run_with_retries(keys, &self.scripts.release, &cmd, || {
+                retried.store(true, Ordering::Relaxed);
+                on_retry()
+            })
             .await?;
         match reply {
+            // A retry of a release that took the last count: the first
+            // attempt was applied and its reply lost (the hold's owner id
+            // is its own, so nothing else can have removed it but its
+            // expiry, which frees the lock just the same).
+            Value::Nil if retried.load(Ordering::Relaxed) => Ok(ReleaseOutcome::Freed { told: 0 }),
             Value::Nil => Ok(ReleaseOutcome::NotHeld),
             Value::Int(0) => Ok(ReleaseOutcome::HoldsRemain),
             Value::Int(n) if n >= 1 => Ok(ReleaseOutcome::Freed {

@@ -287,6 +287,59 @@ async fn a_nested_macro_call_re_enters() {
 }
 
 #[tokio::test]
+async fn sibling_requests_through_the_layer_in_one_task_exclude_each_other() {
+    use tower::{service_fn, ServiceBuilder, ServiceExt};
+    let e = env(30_000);
+    let inside = Arc::new(Mutex::new(Inside::new(&e.server, "layer-sib").await));
+    let observer = inside.clone();
+    let svc = ServiceBuilder::new()
+        .layer(
+            lock_tower::LockLayer::generic(e.client.clone(), |key: &String| Some(key.clone()))
+                .wait(Duration::from_secs(5)),
+        )
+        .service(service_fn(move |_key: String| {
+            let inside = observer.clone();
+            async move {
+                let entered = inside.lock().await.enter().await;
+                tokio::time::sleep(Duration::from_millis(30)).await;
+                inside.lock().await.leave().await;
+                Ok::<bool, std::convert::Infallible>(entered)
+            }
+        }));
+    // Two requests driven from one task, inside one lock context (as a
+    // handler calling a layered client twice would): never both inside.
+    in_context(async {
+        let (a, b) = within(Duration::from_secs(5), "joined requests", async {
+            tokio::join!(
+                svc.clone().oneshot("acct:1".to_string()),
+                svc.clone().oneshot("acct:1".to_string())
+            )
+        })
+        .await;
+        assert!(a.expect("a") && b.expect("b"), "both entered alone");
+    })
+    .await;
+    // A request nested in a section of its key re-enters instead of waiting.
+    let lock = e.client.lock("acct:2").expect("name");
+    let ctx = LockContext::new();
+    let guard = ctx
+        .clone()
+        .scope(lock.acquire_with(lock_core::AcquireOptions::new().for_section()))
+        .await
+        .expect("section");
+    let nested = within(
+        Duration::from_secs(2),
+        "nested request re-enters",
+        ctx.enter(&guard)
+            .scope(svc.clone().oneshot("acct:2".to_string())),
+    )
+    .await;
+    assert!(nested.expect("nested"));
+    guard.release().await.expect("release");
+    assert_eq!(inside.lock().await.violations().await, 0);
+}
+
+#[tokio::test]
 async fn manual_acquisitions_in_one_context_re_enter_even_when_joined() {
     // The documented manual-API behaviour: a context is like a Java thread.
     let e = env(30_000);

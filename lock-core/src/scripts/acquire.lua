@@ -38,11 +38,12 @@ if redis.call('exists', KEYS[1]) == 0 then
   redis.call('pexpire', KEYS[1], ARGV[1])
   local now = redis.call('time')
   local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  local last = tonumber(redis.call('get', KEYS[2]))
+  -- one call in the usual case: store the clock, get the last token back
+  local last = tonumber(redis.call('set', KEYS[2], string.format('%.0f', token), 'px', ARGV[4], 'get'))
   if last ~= nil and last >= token then
     token = last + 1
+    redis.call('set', KEYS[2], string.format('%.0f', token), 'px', ARGV[4])
   end
-  redis.call('set', KEYS[2], string.format('%.0f', token), 'px', ARGV[4])
   return {1, token}
 end
 return {0, redis.call('pttl', KEYS[1])}

@@ -30,11 +30,11 @@ else
   kind = 3
   local now = redis.call('time')
   value = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  local last = tonumber(redis.call('get', KEYS[2]))
+  local last = tonumber(redis.call('set', KEYS[2], string.format('%.0f', value), 'px', ARGV[6], 'get'))
   if last ~= nil and last >= value then
     value = last + 1
+    redis.call('set', KEYS[2], string.format('%.0f', value), 'px', ARGV[6])
   end
-  redis.call('set', KEYS[2], string.format('%.0f', value), 'px', ARGV[6])
 end
 redis.call('set', KEYS[3], kind .. ':' .. string.format('%.0f', value), 'px', ARGV[3])
 return {kind, value}

@@ -4,7 +4,10 @@
 -- ARGV[3] unlock message, ARGV[4] latch lifetime in ms
 -- Returns 1 + n when the lock was freed and its unlock message reached n
 -- subscribed clients (waiters), 0 when holds remain, nil when the owner did
--- not hold it. A retried request returns its first result.
+-- not hold it. A retried request returns its first result; after the last
+-- count, no latch is needed (nor written): the owner id belongs to one hold
+-- only, so a retry finds it gone and answers nil, which the client reads as
+-- "freed by the first attempt".
 local first = redis.call('get', KEYS[3])
 if first then
   return tonumber(first)
@@ -12,15 +15,14 @@ end
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   return nil
 end
-local result = 0
 if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
+  local result = 0
   -- the remaining holds keep at least their lease; never shorten it
   if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
     redis.call('pexpire', KEYS[1], ARGV[2])
   end
-else
-  redis.call('del', KEYS[1])
-  result = 1 + redis.call('publish', KEYS[2], ARGV[3])
+  redis.call('set', KEYS[3], result, 'px', ARGV[4])
+  return result
 end
-redis.call('set', KEYS[3], result, 'px', ARGV[4])
-return result
+redis.call('del', KEYS[1])
+return 1 + redis.call('publish', KEYS[2], ARGV[3])
