@@ -255,9 +255,15 @@ use proc_macro::TokenStream;
 /// # Reentrancy and tasks
 ///
 /// The generated code opens a lock context (`lock_core::in_context`) when
-/// none is open, so an annotated fn that calls itself, or another annotated
-/// fn with the same key, in the same task re-enters the lock instead of
-/// deadlocking. A spawned task is a new owner, like a new thread in Java.
+/// none is open, takes the lock for a *section*
+/// (`AcquireOptions::for_section`) and runs the body inside it
+/// (`LockContext::enter`). An annotated fn that calls itself, or another
+/// annotated fn with the same key, from inside its body re-enters the lock
+/// instead of deadlocking; so does a manual acquisition of that lock inside
+/// the body. Sibling calls that are not nested — two annotated calls with
+/// one key joined in one task (`join!`, `select!`, `join_all`) — exclude
+/// each other, as calls from different tasks do. A spawned task is a new
+/// owner, like a new thread in Java.
 ///
 /// The returned future is `Send` whenever the body's is, so annotated fns
 /// can be spawned with `tokio::spawn` and used as axum handlers. Async fns
@@ -277,8 +283,9 @@ use proc_macro::TokenStream;
 /// __private::locked(__lock_handle, __lock_options, __lock_body).await      // or locked_or_skip(..)
 /// ```
 ///
-/// where `locked` opens a context if needed, acquires, awaits the body and
-/// releases: one allocation for the key, no boxing of the body.
+/// where `locked` opens a context if needed, acquires for a section, awaits
+/// the body inside the section and releases: one allocation for the key, no
+/// boxing of the body.
 #[proc_macro_attribute]
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::distributed_lock(args.into(), item.into()).into()

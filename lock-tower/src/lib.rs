@@ -18,9 +18,12 @@
 //! response body has ended. A client that goes away (the future or body is
 //! dropped) gives up its place in the queue or releases the lock at once.
 //!
-//! Each keyed request runs inside a [`lock_core::LockContext`]: a handler
-//! that takes the same lock again through lock-core (or its attribute
-//! macro) re-enters it instead of waiting for itself.
+//! Each keyed request runs inside a [`lock_core::LockContext`] section of
+//! its lock ([`lock_core::LockContext::enter`]): a handler that takes the
+//! same lock again through lock-core (or its attribute macro) re-enters it
+//! instead of waiting for itself, while sibling requests driven from one
+//! task (two calls of a layered client joined with `join!`) exclude each
+//! other.
 //!
 //! Same-key requests of one process queue locally in lock-core's client;
 //! only the head of the queue contends in Redis, so N concurrent local
