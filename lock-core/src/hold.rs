@@ -160,6 +160,11 @@ impl Hold {
     /// task, nothing allocated per renewal.
     pub(crate) async fn lost(&self) {
         loop {
+            // Checked first: after the runtime was blocked, a timer whose
+            // deadline has passed is not always ready at its first poll.
+            if !self.is_valid() {
+                return;
+            }
             let deadline = self.deadline();
             tokio::select! {
                 _ = self.lost.cancelled() => return,
