@@ -337,7 +337,9 @@ async fn run(
             tokio::select! {
                 _ = shutdown.cancelled() => return,
                 _ = health.tick() => {
-                    let pong = tokio::time::timeout(command_timeout, sink.ping::<String>()).await;
+                    // Any reply will do: a subscribed RESP2 connection
+                    // answers ["pong", ""], RESP3 and an idle one "PONG".
+                    let pong = tokio::time::timeout(command_timeout, sink.ping::<redis::Value>()).await;
                     if !matches!(pong, Ok(Ok(_))) {
                         break;
                     }

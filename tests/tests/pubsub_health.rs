@@ -1,0 +1,79 @@
+//! The shared pub/sub connection stays up while the server is healthy: a
+//! long wait (several health checks) keeps the same connection, on RESP2
+//! and on RESP3. Judged by the server's own `CLIENT LIST`.
+
+mod common;
+
+use std::time::Duration;
+
+use common::{cmd, raw, within};
+use lock_core::LockClient;
+
+/// Ids of the connections that are subscribed to at least one channel.
+async fn subscribed_ids(conn: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
+    let list: String = cmd(conn, &["CLIENT", "LIST"]).await;
+    list.lines()
+        .filter(|line| {
+            line.split(' ')
+                .any(|f| f.starts_with("sub=") && f != "sub=0")
+        })
+        .filter_map(|line| {
+            line.split(' ')
+                .find_map(|f| f.strip_prefix("id="))
+                .map(str::to_string)
+        })
+        .collect()
+}
+
+async fn long_wait_keeps_one_connection(protocol: &str) {
+    let server = common::server();
+    let url = format!("{}?protocol={protocol}", server.url());
+    let waiter = LockClient::builder(url)
+        .command_timeout(Duration::from_secs(2))
+        .build()
+        .expect("client");
+    let holder = common::client_for(&server, 30_000);
+    let mut conn = raw(&server).await;
+    let guard = holder
+        .lock("long")
+        .expect("name")
+        .acquire()
+        .await
+        .expect("hold");
+
+    let lock = waiter.lock("long").expect("name");
+    let wait = tokio::spawn(async move { lock.acquire_timeout(Duration::from_secs(8)).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = subscribed_ids(&mut conn).await;
+    assert_eq!(
+        before.len(),
+        1,
+        "{protocol}: one subscribed connection: {before:?}"
+    );
+    // Two health checks (every 3 s) happen during the wait.
+    tokio::time::sleep(Duration::from_millis(7_000)).await;
+    let after = subscribed_ids(&mut conn).await;
+    assert_eq!(
+        after, before,
+        "{protocol}: the pub/sub connection was replaced"
+    );
+    // ...and it still delivers: the release wakes the waiter at once.
+    let released = tokio::time::Instant::now();
+    guard.release().await.expect("release");
+    let got = within(Duration::from_secs(2), "woken waiter", wait)
+        .await
+        .expect("task")
+        .expect("acquired");
+    assert!(released.elapsed() < Duration::from_secs(1));
+    got.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_wait_keeps_its_pubsub_connection_on_resp2() {
+    long_wait_keeps_one_connection("resp2").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_wait_keeps_its_pubsub_connection_on_resp3() {
+    long_wait_keeps_one_connection("resp3").await;
+}
