@@ -260,8 +260,13 @@ impl Core {
 
     /// Records the round-trip time of one acquire call (moving average).
     pub(crate) fn record_round_trip(&self, rtt: Duration) {
-        let sample = u64::try_from(rtt.as_micros()).unwrap_or(u64::MAX);
         let old = self.rtt_us.load(Ordering::Relaxed);
+        // One reply held up in the network must not make every later pause
+        // (jitter, step-back) long: a sample counts for at most 4x the
+        // average (at least 1 ms), so a real change still shows quickly.
+        let sample = u64::try_from(rtt.as_micros())
+            .unwrap_or(u64::MAX)
+            .min(old.saturating_mul(4).max(1000));
         self.rtt_us.store(
             (old.saturating_mul(7).saturating_add(sample)) / 8,
             Ordering::Relaxed,

@@ -472,16 +472,22 @@ impl Lock {
                     until,
                     subscription: shared,
                 } => {
-                    let woken = async {
-                        match subscription.clone().or(shared) {
-                            Some(sub) => sub.woken().await,
-                            None => std::future::pending().await,
+                    // Listen while stepping back: another client's unlock
+                    // (it took its turn) ends the step-back early.
+                    let sub = match subscription.clone().or(shared) {
+                        Some(sub) => sub,
+                        None => {
+                            let sub =
+                                Arc::new(self.client.inner.pubsub.subscribe(&self.keys.channel));
+                            queues.share_subscription(&self.keys.lock, sub.clone());
+                            subscription = Some(sub.clone());
+                            sub
                         }
                     };
                     tokio::select! {
-                        _ = woken => queues.stop_stepping_back(&self.keys.lock),
+                        _ = sub.woken() => queues.unlock_heard_in_step_back(&self.keys.lock),
                         _ = waiter.notify.notified() => {}
-                        _ = tokio::time::sleep_until(until) => {}
+                        _ = tokio::time::sleep_until(until) => queues.step_back_ran_out(&self.keys.lock),
                         _ = until_deadline() => {}
                     }
                 }
@@ -499,7 +505,10 @@ impl Lock {
                             );
                             return Ok(Some(guard));
                         }
-                        Attempt::Held { pttl_ms } => pttl_ms,
+                        Attempt::Held { pttl_ms } => {
+                            queues.held_elsewhere(&self.keys.lock);
+                            pttl_ms
+                        }
                         Attempt::Expired => {
                             // A reply held up in the network: try again
                             // after a short pause.

@@ -89,11 +89,36 @@ struct KeyState {
     /// This client just released the lock while other clients wait: its
     /// head lets them go first until then.
     step_back_until: Option<Instant>,
+    /// Unlock messages of this client's own releases that its subscription
+    /// will hear: a step-back does not end on them.
+    own_unlocks: u32,
+    /// The last step-back ran out on its timer (no other client's unlock
+    /// message ended it).
+    stepped_back_in_vain: bool,
+    /// Consecutive step-backs after which this client took the lock again
+    /// at once: the other clients' waiters were too slow for the window,
+    /// which doubles with each miss.
+    misses: u32,
 }
 
+/// Longest step-back, however often other clients missed their turn.
+const STEP_BACK_CEILING: Duration = Duration::from_millis(200);
+/// Doublings of the step-back window at most (base × 2^6).
+const MAX_MISSES: u32 = 6;
+/// How long a key's fairness memory outlives its last use.
+const FAIRNESS_MEMORY: Duration = Duration::from_secs(1);
+
 impl KeyState {
-    fn is_idle(&self) -> bool {
+    /// Nothing local is going on (no holding, waiter or pending grant).
+    fn is_quiet(&self) -> bool {
         self.holding.is_none() && self.queue.is_empty() && self.grants.is_empty()
+    }
+
+    /// Nothing to remember either: the state can go.
+    fn is_idle(&self) -> bool {
+        self.is_quiet()
+            && self.misses == 0
+            && self.step_back_until.is_none_or(|t| Instant::now() >= t)
     }
 
     fn notify_head(&self) {
@@ -134,6 +159,8 @@ pub(crate) enum Turn {
 #[derive(Debug, Default)]
 pub(crate) struct LocalQueues {
     map: Mutex<HashMap<String, KeyState>>,
+    /// Keys kept only for their fairness memory, and until when.
+    remembered: Mutex<VecDeque<(Instant, String)>>,
 }
 
 impl LocalQueues {
@@ -157,6 +184,7 @@ impl LocalQueues {
         lease: Option<Duration>,
         context: Option<u64>,
     ) -> Arc<Waiter> {
+        self.forget_old_memories();
         let waiter = Arc::new(Waiter {
             id: NEXT_WAITER.fetch_add(1, Ordering::Relaxed),
             lease,
@@ -213,10 +241,35 @@ impl LocalQueues {
             .is_some_and(|s| s.subscription.is_some())
     }
 
-    /// Ends a step-back early (an unlock message arrived: contend now).
-    pub(crate) fn stop_stepping_back(&self, key: &str) {
+    /// An unlock message woke the head during a step-back. Another
+    /// client's release ends the step-back (contend now); this client's own
+    /// release, heard by its own subscription, does not.
+    pub(crate) fn unlock_heard_in_step_back(&self, key: &str) {
+        if let Some(state) = self.locked().get_mut(key) {
+            if state.own_unlocks > 0 {
+                state.own_unlocks -= 1;
+            } else {
+                state.step_back_until = None;
+                state.stepped_back_in_vain = false;
+            }
+        }
+    }
+
+    /// The step-back ran out without another client's unlock message.
+    pub(crate) fn step_back_ran_out(&self, key: &str) {
         if let Some(state) = self.locked().get_mut(key) {
             state.step_back_until = None;
+            state.stepped_back_in_vain = true;
+            state.own_unlocks = 0;
+        }
+    }
+
+    /// The head found the lock held by another client: other clients do
+    /// get their turns, the step-back window goes back to its base.
+    pub(crate) fn held_elsewhere(&self, key: &str) {
+        if let Some(state) = self.locked().get_mut(key) {
+            state.misses = 0;
+            state.stepped_back_in_vain = false;
         }
     }
 
@@ -241,6 +294,11 @@ impl LocalQueues {
         state.budget = state.queue.len();
         state.holding = Some(holding);
         state.step_back_until = None;
+        state.own_unlocks = 0;
+        if std::mem::take(&mut state.stepped_back_in_vain) {
+            // Taken again right after a step-back that nobody used.
+            state.misses = (state.misses + 1).min(MAX_MISSES);
+        }
         if state.queue.is_empty() {
             state.subscription = None; // nobody left to wake
         }
@@ -369,20 +427,66 @@ impl LocalQueues {
     }
 
     /// Like [`ended`](Self::ended), after a release that other clients'
-    /// waiters were told about: this client's head steps back for
-    /// `step_back`, so that the lock goes round the clients.
-    pub(crate) fn ended_stepping_back(&self, key: &str, owner: &str, step_back: Option<Duration>) {
+    /// waiters were told about: every acquisition of this client waits for
+    /// a window (`base` doubled for each recent miss, see `KeyState`), or
+    /// until another client's unlock message, so that the lock goes round
+    /// the clients. The step-back is remembered even when nobody of this
+    /// client waits now: its next acquisition steps back too.
+    pub(crate) fn ended_stepping_back(&self, key: &str, owner: &str, base: Option<Duration>) {
         let mut map = self.locked();
         let Some(state) = map.get_mut(key) else {
             return;
         };
         if state.holding.as_ref().is_some_and(|h| h.is(owner)) {
             state.holding = None;
-            state.step_back_until = step_back.map(|d| Instant::now() + d);
+            if let Some(base) = base {
+                let window = (base * (1u32 << state.misses)).min(STEP_BACK_CEILING.max(base));
+                state.step_back_until = Some(Instant::now() + window);
+                // This client's own subscription hears its own unlock.
+                state.own_unlocks = u32::from(state.subscription.is_some());
+                state.stepped_back_in_vain = false;
+            }
             state.notify_head();
         }
         if state.is_idle() {
             map.remove(key);
+        } else if state.is_quiet() {
+            self.remember(key);
+        }
+    }
+
+    /// Keeps the fairness memory of a quiet key for a while; forgets the
+    /// memories that have run out (so idle keys cost nothing for long).
+    fn remember(&self, key: &str) {
+        let mut remembered = self.remembered.lock().unwrap_or_else(|p| p.into_inner());
+        remembered.push_back((Instant::now() + FAIRNESS_MEMORY, key.to_string()));
+    }
+
+    /// Drops the fairness memory of keys quiet for longer than
+    /// `FAIRNESS_MEMORY`.
+    fn forget_old_memories(&self) {
+        let now = Instant::now();
+        let expired: Vec<String> = {
+            let mut remembered = self.remembered.lock().unwrap_or_else(|p| p.into_inner());
+            let mut out = Vec::new();
+            while remembered.front().is_some_and(|(t, _)| *t <= now) {
+                if let Some((_, key)) = remembered.pop_front() {
+                    out.push(key);
+                }
+            }
+            out
+        };
+        if expired.is_empty() {
+            return;
+        }
+        let mut map = self.locked();
+        for key in expired {
+            if map
+                .get(&key)
+                .is_some_and(|s| s.is_quiet() && s.step_back_until.is_none_or(|t| now >= t))
+            {
+                map.remove(&key);
+            }
         }
     }
 
