@@ -76,12 +76,18 @@ impl Core {
     }
 
     /// Runs one plain command on a pooled connection.
+    /// Runs one plain command (reads, PING) on a pooled connection; a
+    /// connection the server had closed is replaced and the command sent
+    /// once more.
     pub(crate) async fn run_cmd(&self, cmd: &Cmd) -> Result<Value> {
-        let fut = async {
+        let once = || async {
             let mut conn = self.pool.checkout().await?;
             Ok::<_, Error>(conn.query(cmd).await?)
         };
-        self.bounded(fut).await
+        match self.bounded(once()).await {
+            Err(e) if e.is_stale_connection() => self.bounded(once()).await,
+            other => other,
+        }
     }
 
     async fn bounded<T>(&self, fut: impl std::future::Future<Output = Result<T>>) -> Result<T> {

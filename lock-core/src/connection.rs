@@ -154,6 +154,23 @@ impl Pool {
                 return Ok(Checkout::Shared(conn));
             }
         }
+        if state.idle_connections == 0 && state.connections < self.max_size {
+            // Connect here rather than let bb8 connect in the background: a
+            // failure (refused, bad password, bad DB index, TLS) comes back
+            // at once, with its cause, instead of a time-out.
+            let conn = self
+                .pool
+                .dedicated_connection()
+                .await
+                .map_err(bb8::RunError::User)?;
+            if let Err(bb8::AddError::NoCapacity(conn) | bb8::AddError::Broken(conn)) =
+                self.pool.add(conn)
+            {
+                // Others filled the pool meanwhile: use this one for this
+                // command only.
+                return Ok(Checkout::Shared(conn));
+            }
+        }
         let mut tries = state.connections as usize + 1;
         loop {
             let pooled = self.pool.get().await?;

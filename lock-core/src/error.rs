@@ -66,8 +66,12 @@ pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),
 
-    /// Redis answered with an error, or the connection failed.
-    #[error("redis error")]
+    /// Redis answered with an error, or the connection failed; the message
+    /// carries the cause (the server's text, or the I/O failure). See
+    /// [`is_connection_refused`](Error::is_connection_refused),
+    /// [`is_auth_failure`](Error::is_auth_failure),
+    /// [`is_no_permission`](Error::is_no_permission).
+    #[error("redis error: {0}")]
     Redis(#[source] redis::RedisError),
 
     /// No pooled Redis connection became available within the connect timeout.
@@ -166,6 +170,15 @@ impl Error {
 
     /// True for failures worth retrying on another connection: I/O errors,
     /// dropped connections, time-outs.
+    /// The connection a command was sent on turned out to be closed or
+    /// broken (not a time-out, not a refused connect): one retry on a fresh
+    /// connection is worth it where the command is safe to repeat.
+    pub(crate) fn is_stale_connection(&self) -> bool {
+        matches!(self, Error::Redis(e) if (e.is_connection_dropped() || e.is_io_error())
+            && !e.is_timeout()
+            && !e.is_connection_refusal())
+    }
+
     pub(crate) fn is_transient(&self) -> bool {
         match self {
             Error::PoolTimeout | Error::CommandTimeout => true,
@@ -184,6 +197,44 @@ impl Error {
             }
             _ => false,
         }
+    }
+}
+
+impl Error {
+    /// Nothing listens at the Redis address (connection refused).
+    ///
+    /// ```
+    /// # use lock_core::Error;
+    /// assert!(!Error::PoolTimeout.is_connection_refused());
+    /// ```
+    pub fn is_connection_refused(&self) -> bool {
+        matches!(self, Error::Redis(e) if e.is_connection_refusal()
+            || e.to_string().contains("Connection refused"))
+    }
+
+    /// Redis refused the credentials (`WRONGPASS`, `NOAUTH`, bad user).
+    ///
+    /// ```
+    /// # use lock_core::Error;
+    /// assert!(!Error::PoolTimeout.is_auth_failure());
+    /// ```
+    pub fn is_auth_failure(&self) -> bool {
+        matches!(self, Error::Redis(e) if e.kind() == redis::ErrorKind::AuthenticationFailed || {
+            let text = e.to_string();
+            text.contains("WRONGPASS") || text.contains("NOAUTH")
+        })
+    }
+
+    /// The Redis user lacks a permission the lock needs (ACL `NOPERM`): a
+    /// command, a key pattern or a channel pattern.
+    ///
+    /// ```
+    /// # use lock_core::Error;
+    /// assert!(!Error::PoolTimeout.is_no_permission());
+    /// ```
+    pub fn is_no_permission(&self) -> bool {
+        matches!(self, Error::Redis(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm)
+            || e.to_string().contains("NOPERM"))
     }
 }
 
@@ -247,6 +298,10 @@ mod tests {
         )));
         assert!(err.source().is_some());
         assert!(err.is_transient());
-        assert_eq!(err.to_string(), "redis error");
+        assert!(
+            err.to_string().starts_with("redis error: ")
+                && err.to_string().contains("connection reset"),
+            "{err}"
+        );
     }
 }

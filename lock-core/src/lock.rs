@@ -585,18 +585,32 @@ impl Lock {
         waiter_id: Option<u64>,
     ) -> Result<Attempt> {
         let lock = self.clone();
-        let task = tokio::spawn(async move { lock.attempt_now(context, lease, waiter_id).await });
+        let task = tokio::spawn(async move {
+            match lock.attempt_now(context, lease, waiter_id, true).await {
+                // A connection the server had closed: the attempt was
+                // cancelled (undone or refused), so one more attempt, under
+                // a new owner id, on a fresh connection is safe.
+                Err(e) if e.is_stale_connection() => {
+                    tracing::debug!(error = %e, "lock acquire met a closed connection; retrying once");
+                    lock.attempt_now(context, lease, waiter_id, false).await
+                }
+                other => other,
+            }
+        });
         match task.await {
             Ok(result) => result,
             Err(e) => Err(Error::Cancelled(format!("acquire task ended: {e}"))),
         }
     }
 
+    /// `first_try`: a closed connection is then cancelled before returning,
+    /// so that the caller's one retry does not find this attempt's hold.
     async fn attempt_now(
         &self,
         context: Option<u64>,
         lease: Option<Duration>,
         waiter_id: Option<u64>,
+        first_try: bool,
     ) -> Result<Attempt> {
         let core = &self.client.inner.core;
         let lease_time = lease.unwrap_or(core.config.watchdog_timeout);
@@ -626,7 +640,17 @@ impl Lock {
                 reply
             }
             Err(e) => {
-                if e.is_transient() {
+                if first_try && e.is_stale_connection() {
+                    // Cancelled now, on a fresh connection: the retry that
+                    // follows must not find this attempt's hold.
+                    if let Err(undo) = core
+                        .cancel(&self.keys, &owner, CancelMode::New, &latch, lease_ms)
+                        .await
+                    {
+                        tracing::warn!(error = %undo, "cancelling an acquire with a lost reply failed; it expires with its lease");
+                        return Err(undo);
+                    }
+                } else if e.is_transient() {
                     // The script may have run and its reply been lost (or
                     // the request may still arrive): cancel it, so that it
                     // is undone or never applied.

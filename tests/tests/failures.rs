@@ -1,0 +1,84 @@
+//! Failures are fast and say what failed: a refused connection, a wrong
+//! password, a DB index out of range fail the call within a second with
+//! default settings (connect time-out 5 s) and an error naming the cause;
+//! after a restart of Redis the next call succeeds at once.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::within;
+use lock_core::LockClient;
+use lock_tests::RedisServer;
+
+/// Runs one acquire with default client settings; returns the error and how
+/// long it took.
+async fn failing_acquire(url: String) -> (lock_core::Error, Duration) {
+    let client = LockClient::builder(url).build().expect("client");
+    let lock = client.lock("fails").expect("name");
+    let started = Instant::now();
+    let err = within(Duration::from_secs(10), "acquire", lock.acquire())
+        .await
+        .expect_err("must fail");
+    (err, started.elapsed())
+}
+
+#[tokio::test]
+async fn a_refused_connection_fails_at_once_and_says_so() {
+    let port = lock_tests::free_port().expect("port");
+    let (err, took) = failing_acquire(format!("redis://127.0.0.1:{port}")).await;
+    eprintln!("refused: {err} after {took:?}");
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert!(err.is_connection_refused(), "{err:?}");
+    assert!(err.to_string().to_lowercase().contains("refused"), "{err}");
+}
+
+#[tokio::test]
+async fn a_wrong_password_fails_at_once_and_says_so() {
+    let server = RedisServer::builder()
+        .args(["--requirepass", "right"])
+        .client_auth("default", "right")
+        .start()
+        .expect("server");
+    let url = format!("redis://:wrong@127.0.0.1:{}", server.port());
+    let (err, took) = failing_acquire(url).await;
+    eprintln!("wrong password: {err} after {took:?}");
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert!(err.is_auth_failure(), "{err:?}");
+    assert!(
+        !err.to_string().contains("wrong"),
+        "no password in the message: {err}"
+    );
+}
+
+#[tokio::test]
+async fn a_db_index_out_of_range_fails_at_once_and_says_so() {
+    let server = common::server();
+    let url = format!("redis://127.0.0.1:{}/99", server.port());
+    let (err, took) = failing_acquire(url).await;
+    eprintln!("DB 99: {err} after {took:?}");
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert!(err.to_string().contains("DB index"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn after_a_restart_the_next_call_succeeds_at_once() {
+    let mut server = common::server();
+    let client = LockClient::builder(server.url()).build().expect("client");
+    let lock = client.lock("restart").expect("name");
+    lock.acquire()
+        .await
+        .expect("before")
+        .release()
+        .await
+        .expect("release");
+    server.restart().expect("restart");
+    // The server answers again (restart() waited for it): the next call must
+    // not wait for a time-out on the pool's dead connection.
+    let started = Instant::now();
+    let guard = lock.acquire().await.expect("after restart");
+    let took = started.elapsed();
+    eprintln!("first acquire after the restart: {took:?}");
+    assert!(took < Duration::from_millis(100), "{took:?}");
+    guard.release().await.expect("release");
+}
