@@ -47,6 +47,8 @@ pub(crate) struct Core {
     request_id_prefix: String,
     request_seq: AtomicU64,
     error_hook: Option<ErrorHook>,
+    /// A refused PUBLISH was reported already.
+    publish_denial_reported: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Core {
@@ -264,6 +266,26 @@ impl Core {
         }
     }
 
+    /// Redis refused to PUBLISH an unlock message (ACL): the lock was freed,
+    /// but waiters of other clients only notice by their PTTL-bounded
+    /// retries. Reported once (tracing and the error hook).
+    pub(crate) fn publish_denied(&self, reply: &Value) {
+        if self.publish_denial_reported.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        let text = match reply {
+            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+            Value::SimpleString(s) => s.clone(),
+            other => format!("{other:?}"),
+        };
+        tracing::warn!(error = %text, "Redis refused to publish the lock's unlock message (ACL): locks are released, but other clients' waiters only notice when they retry");
+        self.report(&Error::Redis(redis::RedisError::from((
+            redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm),
+            "unlock message refused",
+            text,
+        ))));
+    }
+
     /// Records the round-trip time of one acquire call (moving average).
     pub(crate) fn record_round_trip(&self, rtt: Duration) {
         let old = self.rtt_us.load(Ordering::Relaxed);
@@ -333,6 +355,11 @@ impl Core {
             // expiry, which frees the lock just the same).
             Value::Nil if retried.load(Ordering::Relaxed) => Ok(ReleaseOutcome::Freed { told: 0 }),
             Value::Nil => Ok(ReleaseOutcome::NotHeld),
+            // Freed; its unlock message was refused (ACL).
+            Value::BulkString(_) | Value::SimpleString(_) => {
+                self.publish_denied(&reply);
+                Ok(ReleaseOutcome::Freed { told: 0 })
+            }
             Value::Int(0) => Ok(ReleaseOutcome::HoldsRemain),
             Value::Int(n) if n >= 1 => Ok(ReleaseOutcome::Freed {
                 told: usize::try_from(n - 1).unwrap_or(usize::MAX),
@@ -583,14 +610,17 @@ impl LockClient {
             request_id_prefix: uuid::Uuid::new_v4().simple().to_string(),
             request_seq: AtomicU64::new(1),
             error_hook,
+            publish_denial_reported: std::sync::atomic::AtomicBool::new(false),
             config,
         });
         let watchdog = Watchdog::start(core.clone(), shutdown.clone());
+        let reporter = core.clone();
         let pubsub = PubSub::start(
             pubsub_client,
             core.config.connect_timeout,
             core.config.command_timeout,
             shutdown.clone(),
+            Box::new(move |e| reporter.report(&Error::Redis(e.clone()))),
         );
         let (releases, rx) = mpsc::unbounded_channel();
         tokio::spawn(release_worker(core.clone(), rx));

@@ -41,7 +41,9 @@ pub(crate) type ErrorHook = Arc<dyn Fn(&Error) + Send + Sync>;
 /// assert_eq!(config.pool_size, 16);
 /// assert_eq!(config.key_prefix, "");
 /// ```
-#[derive(Clone, Debug, PartialEq, Eq)]
+///
+/// Its `Debug` output shows the URL with the password replaced by `***`.
+#[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ClientConfig {
     /// Redis URL: `redis://[user[:password]@]host[:port][/db]`, or `rediss://`
@@ -142,23 +144,65 @@ impl ClientConfig {
     }
 }
 
-/// The URL with any password replaced by `***`, for error messages.
-fn redact(url: &str) -> String {
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme_end), Some(at)) if at > scheme_end => {
-            let userinfo = &url[scheme_end + 3..at];
-            match userinfo.find(':') {
-                Some(colon) => format!(
-                    "{}{}:***{}",
-                    &url[..scheme_end + 3],
-                    &userinfo[..colon],
-                    &url[at..]
-                ),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
+impl std::fmt::Debug for ClientConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        // Destructured so that a new field cannot be forgotten here.
+        let Self {
+            url,
+            pool_size,
+            watchdog_timeout,
+            key_prefix,
+            connect_timeout,
+            command_timeout,
+            max_name_len,
+            token_retention,
+        } = self;
+        f.debug_struct("ClientConfig")
+            .field("url", &redact(url))
+            .field("pool_size", pool_size)
+            .field("watchdog_timeout", watchdog_timeout)
+            .field("key_prefix", key_prefix)
+            .field("connect_timeout", connect_timeout)
+            .field("command_timeout", command_timeout)
+            .field("max_name_len", max_name_len)
+            .field("token_retention", token_retention)
+            .finish()
     }
+}
+
+/// The URL with any password replaced by `***`, for error messages and
+/// `Debug` output: the userinfo's password (`redis://user:pass@host`,
+/// `redis://:pass@host`) and a `pass=` / `password=` query parameter
+/// (`redis+unix:///run/redis.sock?pass=...`). The user name, host, port,
+/// database and other parameters stay.
+fn redact(url: &str) -> String {
+    let Some(start) = url.find("://").map(|i| i + 3) else {
+        return url.to_string();
+    };
+    let (scheme, rest) = url.split_at(start);
+    // The userinfo ends at the last `@`: a password may hold any character
+    // (`@`, `/`, `?` included), so this errs towards hiding too much.
+    let (userinfo, host) = rest.split_at(rest.rfind('@').unwrap_or(0));
+    let user = match userinfo.split_once(':') {
+        Some((user, _)) => format!("{user}:***"),
+        None => userinfo.to_string(),
+    };
+    let host = match host.split_once('?') {
+        Some((path, query)) => {
+            let pairs: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((name, _)) if name == "pass" || name == "password" => {
+                        format!("{name}=***")
+                    }
+                    _ => pair.to_string(),
+                })
+                .collect();
+            format!("{path}?{}", pairs.join("&"))
+        }
+        None => host.to_string(),
+    };
+    format!("{scheme}{user}{host}")
 }
 
 pub(crate) fn positive(what: &str, d: Duration) -> Result<()> {
@@ -415,9 +459,43 @@ mod tests {
     fn passwords_are_redacted_in_url_errors() {
         assert_eq!(redact("redis://u:secret@h:1/0"), "redis://u:***@h:1/0");
         assert_eq!(redact("redis://h:1"), "redis://h:1");
+        assert_eq!(redact("redis://:secret@h"), "redis://:***@h");
+        assert_eq!(redact("rediss://u:se@c:r@t@h:1"), "rediss://u:***@h:1");
+        assert_eq!(redact("redis://u@h:1"), "redis://u@h:1");
+        assert_eq!(redact("redis://u:p/a?s#s@h"), "redis://u:***@h");
+        assert_eq!(
+            redact("redis+unix:///run/r.sock?db=1&pass=secret&user=u"),
+            "redis+unix:///run/r.sock?db=1&pass=***&user=u"
+        );
+        assert_eq!(
+            redact("redis://h/0?protocol=resp3&password=secret"),
+            "redis://h/0?protocol=resp3&password=***"
+        );
+        assert_eq!(redact("not a url"), "not a url");
         let err = ClientConfig::new("redis://u:secret@h:notaport")
             .validate()
             .expect_err("bad port");
         assert!(!err.to_string().contains("secret"), "{err}");
+    }
+
+    #[test]
+    fn debug_hides_the_password_and_keeps_user_and_host() {
+        let url = "redis://alice:s3cr3t-pw@cache.internal:6380/2";
+        let config = ClientConfig::new(url);
+        let builder = ClientBuilder::new(url).key_prefix("shop:");
+        for debug in [
+            format!("{config:?}"),
+            format!("{builder:?}"),
+            format!("{config:#?}"),
+        ] {
+            assert!(!debug.contains("s3cr3t-pw"), "{debug}");
+            assert!(
+                debug.contains("redis://alice:***@cache.internal:6380/2"),
+                "{debug}"
+            );
+        }
+        assert!(format!("{builder:?}").contains("shop:"));
+        // The field itself is unchanged: only its rendering is redacted.
+        assert_eq!(config.url, url);
     }
 }

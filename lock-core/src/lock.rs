@@ -13,7 +13,7 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::Hold;
 use crate::keys::{LockKeys, UNLOCK_MESSAGE};
-use crate::pubsub::Subscription;
+use crate::pubsub::{Status, Subscription};
 use crate::queue::{Holding, Turn, Waiter};
 
 /// How long an acquisition may wait.
@@ -521,7 +521,12 @@ impl Lock {
                         return Ok(None);
                     }
                     let sub = match subscription.clone().or(shared) {
-                        Some(sub) => sub,
+                        Some(sub) => {
+                            if let Status::Denied(why) = sub.status() {
+                                return Err(subscribe_denied(&why));
+                            }
+                            sub
+                        }
                         None => {
                             // Subscribe first, then retry: an unlock after
                             // the retry wakes us.
@@ -538,10 +543,12 @@ impl Lock {
                                 ready_bound =
                                     ready_bound.min(d.saturating_duration_since(Instant::now()));
                             }
-                            if !sub.ready(ready_bound).await {
-                                tracing::debug!(
+                            match sub.ready(ready_bound).await {
+                                Status::Live => {}
+                                Status::Pending => tracing::debug!(
                                     "lock pub/sub not ready; relying on TTL-bounded retries"
-                                );
+                                ),
+                                Status::Denied(why) => return Err(subscribe_denied(&why)),
                             }
                             let sub = Arc::new(sub);
                             queues.share_subscription(&self.keys.lock, sub.clone());
@@ -780,6 +787,10 @@ impl Lock {
             UNLOCK_MESSAGE,
         );
         match core.run_script(&core.scripts.force_unlock, &cmd).await? {
+            reply @ (Value::BulkString(_) | Value::SimpleString(_)) => {
+                core.publish_denied(&reply);
+                Ok(true)
+            }
             Value::Int(n) => {
                 tracing::debug!(lock = %self.keys.lock, deleted = n == 1, "lock force-unlocked");
                 Ok(n == 1)
@@ -922,6 +933,17 @@ impl Drop for Ticket {
 pub(crate) fn lease_ms(lease: Option<Duration>, watchdog_timeout: Duration) -> u64 {
     let ms = lease.unwrap_or(watchdog_timeout).as_millis();
     u64::try_from(ms).unwrap_or(u64::MAX).max(1)
+}
+
+/// The error of a wait that cannot hear unlock messages: Redis refused the
+/// subscription to the lock's channel (ACL). Waiting by polling instead
+/// would hide it.
+fn subscribe_denied(why: &str) -> Error {
+    Error::Redis(redis::RedisError::from((
+        redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm),
+        "cannot subscribe to the lock's unlock channel",
+        why.to_string(),
+    )))
 }
 
 /// A `{kind, value}` script reply.

@@ -32,10 +32,32 @@ pub(crate) struct PubSub {
     shared: Arc<Shared>,
 }
 
-#[derive(Debug)]
 struct Shared {
     state: Mutex<State>,
     commands: mpsc::UnboundedSender<Command>,
+    /// Told (once) when Redis refuses a subscription (ACL).
+    on_denied: Box<dyn Fn(&redis::RedisError) + Send + Sync>,
+    denial_reported: AtomicBool,
+}
+
+impl std::fmt::Debug for Shared {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Shared")
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Whether unlock messages of a channel reach its waiters.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) enum Status {
+    /// Not (or no longer) confirmed by Redis: waiters rely on PTTL-bounded
+    /// retries meanwhile.
+    Pending,
+    /// Subscribed on the live connection.
+    Live,
+    /// Redis refused the subscription (ACL): its error text.
+    Denied(Arc<str>),
 }
 
 #[derive(Debug, Default)]
@@ -51,8 +73,9 @@ struct Channel {
     /// confirmation of an older subscription does not mark this one live.
     generation: u64,
     waiters: VecDeque<Arc<Slot>>,
-    /// True while Redis has confirmed the subscription on the live connection.
-    live: watch::Sender<bool>,
+    /// Whether Redis confirmed (or refused) the subscription on the live
+    /// connection.
+    live: watch::Sender<Status>,
 }
 
 #[derive(Debug, Default)]
@@ -119,8 +142,24 @@ impl Shared {
     fn disconnected(&self) {
         let state = self.state();
         for ch in state.channels.values() {
-            ch.live.send_replace(false);
+            ch.live.send_replace(Status::Pending);
             ch.wake_all();
+        }
+    }
+
+    /// Redis refused to subscribe `channel`: its waiters are told (their
+    /// acquisitions fail with the error), and the error is reported once.
+    fn deny(&self, channel: &str, generation: u64, err: &redis::RedisError) {
+        if let Some(ch) = self.state().channels.get(channel) {
+            if ch.generation == generation {
+                ch.live
+                    .send_replace(Status::Denied(Arc::from(err.to_string())));
+                ch.wake_all();
+            }
+        }
+        if !self.denial_reported.swap(true, Ordering::AcqRel) {
+            tracing::warn!(channel, error = %err, "lock pub/sub subscription refused by Redis (ACL): waiting acquisitions fail until the user may subscribe to the lock channels");
+            (self.on_denied)(err);
         }
     }
 
@@ -134,7 +173,7 @@ impl Shared {
     fn mark_live(&self, channel: &str, generation: u64) {
         if let Some(ch) = self.state().channels.get(channel) {
             if ch.generation == generation {
-                ch.live.send_replace(true);
+                ch.live.send_replace(Status::Live);
             }
         }
     }
@@ -147,11 +186,14 @@ impl PubSub {
         connect_timeout: Duration,
         command_timeout: Duration,
         shutdown: CancellationToken,
+        on_denied: Box<dyn Fn(&redis::RedisError) + Send + Sync>,
     ) -> Self {
         let (commands, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared {
             state: Mutex::new(State::default()),
             commands,
+            on_denied,
+            denial_reported: AtomicBool::new(false),
         });
         tokio::spawn(run(
             shared.clone(),
@@ -178,7 +220,7 @@ impl PubSub {
             None => {
                 state.next_generation += 1;
                 let generation = state.next_generation;
-                let (live, rx) = watch::channel(false);
+                let (live, rx) = watch::channel(Status::Pending);
                 state.channels.insert(
                     channel.to_string(),
                     Channel {
@@ -218,24 +260,29 @@ pub(crate) struct Subscription {
     shared: Arc<Shared>,
     channel: String,
     slot: Arc<Slot>,
-    live: watch::Receiver<bool>,
+    live: watch::Receiver<Status>,
 }
 
 impl Subscription {
-    /// Waits (at most `timeout`) until Redis confirmed the subscription.
-    /// Returns false when it did not: the caller then relies on PTTL-bounded
-    /// retries alone.
-    pub(crate) async fn ready(&mut self, timeout: Duration) -> bool {
-        matches!(
-            tokio::time::timeout(timeout, self.live.wait_for(|live| *live)).await,
-            Ok(Ok(_))
-        )
+    /// Waits (at most `timeout`) until Redis confirmed or refused the
+    /// subscription. `Pending` when it did neither: the caller then relies
+    /// on PTTL-bounded retries meanwhile.
+    pub(crate) async fn ready(&mut self, timeout: Duration) -> Status {
+        match tokio::time::timeout(timeout, self.live.wait_for(|s| *s != Status::Pending)).await {
+            Ok(Ok(status)) => status.clone(),
+            _ => Status::Pending,
+        }
+    }
+
+    /// The subscription's status now.
+    pub(crate) fn status(&self) -> Status {
+        self.live.borrow().clone()
     }
 
     /// Whether unlock messages currently reach this waiter.
     #[cfg(test)]
     pub(crate) fn is_live(&self) -> bool {
-        *self.live.borrow()
+        *self.live.borrow() == Status::Live
     }
 
     /// Resolves when this waiter is woken (unlock message, reconnect).
@@ -318,6 +365,11 @@ async fn run(
                         ch.wake_all();
                     }
                 }
+                Ok(Err(e)) if is_denied(&e) => {
+                    for (name, generation) in &wanted {
+                        shared.deny(name, *generation, &e);
+                    }
+                }
                 _ => {
                     if sleep_or_shutdown(&shutdown, backoff).await {
                         return;
@@ -352,11 +404,18 @@ async fn run(
                                 continue;
                             }
                             let r = tokio::time::timeout(command_timeout, sink.subscribe(&channel)).await;
-                            let ok = matches!(r, Ok(Ok(())));
-                            if ok {
-                                shared.mark_live(&channel, generation);
+                            match r {
+                                Ok(Ok(())) => {
+                                    shared.mark_live(&channel, generation);
+                                    true
+                                }
+                                // Refused, not broken: the connection stays.
+                                Ok(Err(e)) if is_denied(&e) => {
+                                    shared.deny(&channel, generation, &e);
+                                    true
+                                }
+                                _ => false,
                             }
-                            ok
                         }
                         Some(Command::Unsubscribe { channel }) => {
                             if shared.state().channels.contains_key(&channel) {
@@ -382,6 +441,12 @@ async fn run(
     }
 }
 
+/// A refusal by the server's ACL (not a broken connection).
+fn is_denied(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm)
+        || e.to_string().contains("NOPERM")
+}
+
 /// Sleeps for `d`; returns true when the client shut down meanwhile.
 async fn sleep_or_shutdown(shutdown: &CancellationToken, d: Duration) -> bool {
     tokio::select! {
@@ -404,6 +469,7 @@ mod tests {
             Duration::from_millis(50),
             Duration::from_millis(50),
             shutdown.clone(),
+            Box::new(|_| {}),
         );
         (hub, shutdown)
     }
@@ -473,7 +539,7 @@ mod tests {
     async fn not_ready_without_a_server() {
         let (hub, shutdown) = hub_without_server();
         let mut a = hub.subscribe("x");
-        assert!(!a.ready(Duration::from_millis(30)).await);
+        assert_eq!(a.ready(Duration::from_millis(30)).await, Status::Pending);
         assert!(!a.is_live());
         shutdown.cancel();
     }

@@ -22,6 +22,6 @@ if ARGV[2] == 'new' or redis.call('hincrby', KEYS[1], ARGV[1], -1) <= 0 then
   redis.call('hdel', KEYS[1], ARGV[1])
 end
 if redis.call('exists', KEYS[1]) == 0 then
-  redis.call('publish', KEYS[2], ARGV[3])
+  redis.pcall('publish', KEYS[2], ARGV[3]) -- a refusal changes nothing here
 end
 return 1

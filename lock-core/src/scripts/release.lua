@@ -7,7 +7,8 @@
 -- not hold it. A retried request returns its first result; after the last
 -- count, no latch is needed (nor written): the owner id belongs to one hold
 -- only, so a retry finds it gone and answers nil, which the client reads as
--- "freed by the first attempt".
+-- "freed by the first attempt". When PUBLISH is refused (ACL), the lock is
+-- freed all the same and the error text comes back as a string.
 local first = redis.call('get', KEYS[3])
 if first then
   return tonumber(first)
@@ -25,4 +26,10 @@ if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
   return result
 end
 redis.call('del', KEYS[1])
-return 1 + redis.call('publish', KEYS[2], ARGV[3])
+-- The lock is free now, whatever PUBLISH says: a refused PUBLISH (ACL) is
+-- answered as its error text, not as a failed release.
+local told = redis.pcall('publish', KEYS[2], ARGV[3])
+if type(told) == 'table' and told.err then
+  return told.err
+end
+return 1 + told
