@@ -627,20 +627,7 @@ impl Lock {
         let owner = core.new_owner();
         let latch = self.keys.latch(&owner);
         let sent_at = Instant::now();
-        let cmd = core.scripts.acquire.evalsha(
-            &[
-                self.keys.lock.as_str(),
-                self.keys.token.as_str(),
-                latch.as_str(),
-            ],
-            (
-                lease_ms,
-                &*owner,
-                CancelMode::New.as_arg(),
-                core.token_retention_ms(),
-                core.latch_ms(),
-            ),
-        );
+        let cmd = self.acquire_cmd(&latch, &owner, CancelMode::New, lease_ms);
         let reply = match core.run_script(&core.scripts.acquire, &cmd).await {
             Ok(reply) => {
                 core.record_round_trip(sent_at.elapsed());
@@ -700,6 +687,21 @@ impl Lock {
         }
     }
 
+    /// The acquire script call for the hold `owner` (see `acquire.lua`).
+    fn acquire_cmd(&self, latch: &str, owner: &str, mode: CancelMode, lease_ms: u64) -> redis::Cmd {
+        let core = &self.client.inner.core;
+        core.scripts.acquire.evalsha(
+            &[self.keys.lock.as_str(), self.keys.token.as_str(), latch],
+            (
+                lease_ms,
+                owner,
+                mode.as_arg(),
+                core.token_retention_ms(),
+                core.latch_ms(),
+            ),
+        )
+    }
+
     /// Re-enters `hold` (one more count) in its own task.
     async fn reenter(&self, hold: &Arc<Hold>, lease: Option<Duration>) -> Result<Reentry> {
         if !hold.is_valid() {
@@ -720,20 +722,7 @@ impl Lock {
         let lease_ms = lease_ms(lease, core.config.watchdog_timeout);
         let latch = self.keys.latch(&core.request_id());
         let sent_at = Instant::now();
-        let cmd = core.scripts.acquire.evalsha(
-            &[
-                self.keys.lock.as_str(),
-                self.keys.token.as_str(),
-                latch.as_str(),
-            ],
-            (
-                lease_ms,
-                &*hold.owner,
-                CancelMode::Reentry.as_arg(),
-                core.token_retention_ms(),
-                core.latch_ms(),
-            ),
-        );
+        let cmd = self.acquire_cmd(&latch, &hold.owner, CancelMode::Reentry, lease_ms);
         let cancel = |latch: String| ReleaseJob::Cancel {
             keys: self.keys.clone(),
             owner: hold.owner.clone(),
