@@ -49,6 +49,8 @@ pub(crate) struct Core {
     error_hook: Option<ErrorHook>,
     /// A refused PUBLISH was reported already.
     publish_denial_reported: std::sync::atomic::AtomicBool,
+    /// Redis answered at least once (see `has_reached_redis`).
+    reached_redis: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for Core {
@@ -77,7 +79,6 @@ impl Core {
         self.bounded(fut).await
     }
 
-    /// Runs one plain command on a pooled connection.
     /// Runs one plain command (reads, PING) on a pooled connection; a
     /// connection the server had closed is replaced and the command sent
     /// once more.
@@ -94,10 +95,21 @@ impl Core {
 
     async fn bounded<T>(&self, fut: impl std::future::Future<Output = Result<T>>) -> Result<T> {
         let limit = self.config.connect_timeout + self.config.command_timeout;
-        match tokio::time::timeout(limit, fut).await {
+        let result = match tokio::time::timeout(limit, fut).await {
             Ok(r) => r,
             Err(_) => Err(Error::CommandTimeout),
+        };
+        if result.is_ok() && !self.reached_redis.load(Ordering::Relaxed) {
+            self.reached_redis.store(true, Ordering::Relaxed);
         }
+        result
+    }
+
+    /// Whether Redis ever answered this client: a later connection failure
+    /// is then an outage (a restart, a failover) that waiters ride out,
+    /// rather than a misconfiguration that fails at once.
+    pub(crate) fn has_reached_redis(&self) -> bool {
+        self.reached_redis.load(Ordering::Relaxed)
     }
 
     /// An owner id no hold ever had: `"<client-id>:<n>"`.
@@ -611,6 +623,7 @@ impl LockClient {
             request_seq: AtomicU64::new(1),
             error_hook,
             publish_denial_reported: std::sync::atomic::AtomicBool::new(false),
+            reached_redis: std::sync::atomic::AtomicBool::new(false),
             config,
         });
         let watchdog = Watchdog::start(core.clone(), shutdown.clone());

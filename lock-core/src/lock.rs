@@ -422,6 +422,9 @@ impl Lock {
             }
         };
         let mut subscription: Option<Arc<Subscription>> = None;
+        // When Redis stopped answering during this wait (see `rides_out`).
+        let mut outage: Option<Instant> = None;
+        let mut outage_error: Option<Error> = None;
         loop {
             let turn = queues.turn(&self.keys.lock, waiter);
             if let Turn::Granted(hold) = turn {
@@ -442,6 +445,11 @@ impl Lock {
                 continue;
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
+                // Redis stopped answering and did not come back in time:
+                // that is the failure, not a busy lock.
+                if let Some(e) = outage_error.take() {
+                    return Err(e);
+                }
                 tracing::debug!("lock wait bound passed");
                 return Ok(None);
             }
@@ -494,10 +502,25 @@ impl Lock {
                 Turn::Contend {
                     subscription: shared,
                 } => {
-                    let pttl_ms = match self
-                        .attempt(context, options.lease, Some(waiter.id))
-                        .await?
+                    let attempt = match self.attempt(context, options.lease, Some(waiter.id)).await
                     {
+                        Ok(attempt) => {
+                            outage = None;
+                            outage_error = None;
+                            attempt
+                        }
+                        Err(e) if self.rides_out(&e, &mut outage, deadline) => {
+                            tracing::debug!(error = %e, "lock acquire failed during an outage; retrying");
+                            outage_error = Some(e);
+                            let pause = Duration::from_millis(20)
+                                .max(outage.map_or(Duration::ZERO, |t| t.elapsed() / 4))
+                                .min(Duration::from_millis(250));
+                            tokio::time::sleep(pause).await;
+                            continue;
+                        }
+                        Err(e) => return Err(e),
+                    };
+                    let pttl_ms = match attempt {
                         Attempt::Acquired(guard) => {
                             tracing::debug!(
                                 waited_ms = started.elapsed().as_millis() as u64,
@@ -579,6 +602,26 @@ impl Lock {
                 }
             }
         }
+    }
+
+    /// Whether a waiting acquisition keeps waiting through `err`: a
+    /// connection failure of a client that has reached Redis before (a
+    /// restart, a failover), for at most the connect time-out since the
+    /// outage began and never past the caller's deadline. A client that
+    /// never reached Redis (wrong address, password, database) fails at once.
+    fn rides_out(
+        &self,
+        err: &Error,
+        outage: &mut Option<Instant>,
+        deadline: Option<Instant>,
+    ) -> bool {
+        let core = &self.client.inner.core;
+        if !err.is_transient() || !core.has_reached_redis() {
+            return false;
+        }
+        let began = *outage.get_or_insert_with(Instant::now);
+        let now = Instant::now();
+        now < began + core.config.connect_timeout && deadline.is_none_or(|d| now < d)
     }
 
     /// Runs the acquire script once for a new hold. The call runs in its

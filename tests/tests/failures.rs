@@ -82,3 +82,32 @@ async fn after_a_restart_the_next_call_succeeds_at_once() {
     assert!(took < Duration::from_millis(100), "{took:?}");
     guard.release().await.expect("release");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_rides_out_a_restart_and_gets_the_lock_soon_after() {
+    let mut server = common::server();
+    let holder = common::client_for(&server, 30_000);
+    let waiter = LockClient::builder(server.url()).build().expect("client");
+    let held = holder
+        .lock("ride")
+        .expect("name")
+        .acquire()
+        .await
+        .expect("hold");
+    let lock = waiter.lock("ride").expect("name");
+    let wait = tokio::spawn(async move { lock.acquire_timeout(Duration::from_secs(15)).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // The restart loses the holder's lock; the waiter must not fail, and
+    // must get the lock soon after Redis answers again.
+    server.restart().expect("restart");
+    let back = Instant::now();
+    let guard = within(Duration::from_secs(10), "waiter", wait)
+        .await
+        .expect("task")
+        .expect("the waiter rides out the restart");
+    let took = back.elapsed();
+    eprintln!("waiter got the lock {took:?} after Redis answered again");
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    guard.release().await.expect("release");
+    drop(held);
+}
