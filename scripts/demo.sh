@@ -10,5 +10,7 @@ cd "$(dirname "$0")/.."
 if [ -z "${REDIS_URL:-}" ]; then
   source scripts/ensure-redis.sh
 fi
-echo "building and running the demo (a release build: a few minutes the first time)..." >&2
-exec cargo run --release --locked -p lock-examples --bin flash_sale -- "$@"
+echo "building and running the demo (a release build: about a minute the first time)..." >&2
+# --no-default-features: only what flash_sale needs (lock-core with the macro,
+# clap, the redis-server harness), not the axum and tonic examples' crates.
+exec cargo run --release --locked -p lock-examples --no-default-features --bin flash_sale -- "$@"

@@ -5,6 +5,8 @@
 
 /// The `accounts` gRPC service: messages, client and server, generated at
 /// build time from `proto/accounts.proto` (protox + tonic-prost-build).
+/// Needs the `grpc` feature (on by default).
+#[cfg(feature = "grpc")]
 #[allow(missing_docs, unreachable_pub, clippy::all, clippy::pedantic)]
 pub mod proto {
     tonic::include_proto!("accounts");

@@ -7,7 +7,8 @@
 //! stock 0), and a short table compares the two.
 //!
 //! Run it with `bash scripts/demo.sh`, or
-//! `cargo run --release -p lock-examples --bin flash_sale -- --help`. It
+//! `cargo run --release -p lock-examples --no-default-features --bin flash_sale -- --help`
+//! (without the features of the axum and tonic examples). It
 //! uses `--url`, else `$REDIS_URL`, else a private `redis-server` that it
 //! starts for the run and stops at the end (the binary must be installed).
 //! The buyer processes are copies of this program (`--child`).

@@ -248,4 +248,20 @@ mod tests {
                 .lease(MAX_LEASE)
         );
     }
+
+    #[tokio::test]
+    async fn debug_hides_the_redis_password() {
+        let client = LockClient::builder("redis://alice:s3cr3t-pw@cache.internal:6380/2")
+            .build()
+            .expect("a valid configuration");
+        let layer = LockLayer::generic(client, |n: &u64| Some(n.to_string()));
+        let service = layer.layer(());
+        for debug in [format!("{layer:?}"), format!("{service:?}")] {
+            assert!(!debug.contains("s3cr3t-pw"), "{debug}");
+            assert!(
+                debug.contains("redis://alice:***@cache.internal:6380/2"),
+                "{debug}"
+            );
+        }
+    }
 }
