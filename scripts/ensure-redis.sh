@@ -3,7 +3,19 @@
 # it is missing (as root, or through sudo). Sourced by demo.sh and test.sh.
 set -euo pipefail
 
+# The TLS suite (tests/tests/tls.rs) starts redis-server with --tls-port:
+# that needs a build with TLS (Debian's links OpenSSL). Only a warning: a
+# statically linked build with TLS would not show libssl here.
+warn_without_tls() {
+  local bin="${REDIS_SERVER_BIN:-$(command -v redis-server || true)}"
+  if [ -n "$bin" ] && command -v ldd >/dev/null 2>&1 && ! ldd "$bin" 2>/dev/null | grep -q libssl; then
+    echo "warning: $bin does not link OpenSSL, so it may lack TLS support: the TLS suite (tests/tests/tls.rs) would fail" >&2
+  fi
+  return 0
+}
+
 if command -v redis-server >/dev/null 2>&1 || [ -n "${REDIS_SERVER_BIN:-}" ]; then
+  warn_without_tls
   return 0 2>/dev/null || exit 0
 fi
 
@@ -28,3 +40,4 @@ $SUDO env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-rec
   || echo "apt-get reported an error (often the service start); checking for the binary" >&2
 command -v redis-server >/dev/null 2>&1 || { echo "error: redis-server still not found after install" >&2; exit 1; }
 echo "installed $(redis-server --version)" >&2
+warn_without_tls

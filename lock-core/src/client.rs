@@ -583,7 +583,8 @@ impl LockClient {
         ClientBuilder::new(url)
     }
 
-    /// Builds a client with default settings and checks that Redis answers.
+    /// Builds a client with default settings and checks that Redis answers
+    /// (see [`ping`](Self::ping), which also checks the eviction policy).
     ///
     /// ```no_run
     /// # async fn demo() -> lock_core::Result<()> {
@@ -603,12 +604,7 @@ impl LockClient {
                     .into(),
             ));
         }
-        let manager = Manager::new(
-            config.connection_info()?,
-            config.connect_timeout,
-            config.command_timeout,
-        )
-        .map_err(|e| Error::InvalidArgument(format!("redis url: {e}")))?;
+        let manager = Manager::new(&config)?;
         let pubsub_client = manager.client().clone();
         let pool = build_pool(manager, config.pool_size, config.connect_timeout);
         let shutdown = CancellationToken::new();
@@ -667,6 +663,11 @@ impl LockClient {
     }
 
     /// Sends PING: checks that Redis is reachable with this configuration.
+    /// Then reads the server's `maxmemory-policy` (when the user may run
+    /// `CONFIG GET`) and reports a policy that can evict lock keys through
+    /// tracing and the error hook (see
+    /// [`ClientBuilder::error_hook`](crate::ClientBuilder::error_hook));
+    /// that report does not fail the ping.
     ///
     /// ```no_run
     /// # async fn demo(client: lock_core::LockClient) -> lock_core::Result<()> {
@@ -674,11 +675,9 @@ impl LockClient {
     /// # Ok(()) }
     /// ```
     pub async fn ping(&self) -> Result<()> {
-        self.inner
-            .core
-            .run_cmd(&redis::cmd("PING"))
-            .await
-            .map(|_| ())
+        self.inner.core.run_cmd(&redis::cmd("PING")).await?;
+        crate::eviction::check(&self.inner.core).await;
+        Ok(())
     }
 
     /// The random id of this client: every owner id it uses is

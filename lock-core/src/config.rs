@@ -1,10 +1,12 @@
 //! Client configuration: plain data with documented defaults, and a builder.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::LockClient;
 use crate::error::{Error, Result};
+use crate::tls::{PemSource, TlsConfig};
 
 /// Default watchdog timeout (the lease of a lock taken without an explicit
 /// lease), as Redisson's `lockWatchdogTimeout`.
@@ -42,12 +44,13 @@ pub(crate) type ErrorHook = Arc<dyn Fn(&Error) + Send + Sync>;
 /// assert_eq!(config.key_prefix, "");
 /// ```
 ///
-/// Its `Debug` output shows the URL with the password replaced by `***`.
+/// Its `Debug` output shows the URL with the password replaced by `***`,
+/// and no certificate or key bytes.
 #[derive(Clone, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct ClientConfig {
     /// Redis URL: `redis://[user[:password]@]host[:port][/db]`, or `rediss://`
-    /// for TLS (needs the `tls` feature).
+    /// for TLS (needs the `tls` feature; see [`tls`](Self::tls)).
     pub url: String,
     /// Maximum number of pooled connections. Default 16.
     pub pool_size: u32,
@@ -65,6 +68,9 @@ pub struct ClientConfig {
     /// How long a lock's last fencing token is kept in Redis after it was
     /// drawn. Default 60 s.
     pub token_retention: Duration,
+    /// TLS settings for `rediss://` URLs (feature `tls`). Default: the
+    /// platform's root certificates, no client certificate, every check on.
+    pub tls: TlsConfig,
 }
 
 impl ClientConfig {
@@ -84,6 +90,7 @@ impl ClientConfig {
             command_timeout: DEFAULT_COMMAND_TIMEOUT,
             max_name_len: DEFAULT_MAX_NAME_LEN,
             token_retention: DEFAULT_TOKEN_RETENTION,
+            tls: TlsConfig::default(),
         }
     }
 
@@ -130,7 +137,9 @@ impl ClientConfig {
                 self.max_name_len
             )));
         }
-        self.connection_info().map(|_| ())
+        let info = self.connection_info()?;
+        self.tls
+            .validate(matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }))
     }
 
     pub(crate) fn connection_info(&self) -> Result<redis::ConnectionInfo> {
@@ -138,10 +147,28 @@ impl ClientConfig {
         if self.url.trim().is_empty() {
             return Err(Error::InvalidArgument("redis url is empty".into()));
         }
-        self.url.as_str().into_connection_info().map_err(|e| {
+        if !cfg!(feature = "tls") && is_tls_url(&self.url) {
+            return Err(Error::InvalidArgument(crate::tls::FEATURE_MISSING.into()));
+        }
+        let info = self.url.as_str().into_connection_info().map_err(|e| {
             Error::InvalidArgument(format!("invalid redis url `{}`: {e}", redact(&self.url)))
-        })
+        })?;
+        if let redis::ConnectionAddr::TcpTls { insecure: true, .. } = info.addr() {
+            if !self.tls.danger_accept_invalid_certificates {
+                return Err(Error::InvalidArgument(crate::tls::INSECURE_REFUSED.into()));
+            }
+        }
+        Ok(info)
     }
+}
+
+/// Whether the URL's scheme asks for TLS (`rediss://`, `valkeys://`).
+fn is_tls_url(url: &str) -> bool {
+    url.trim_start()
+        .split_once("://")
+        .is_some_and(|(scheme, _)| {
+            scheme.eq_ignore_ascii_case("rediss") || scheme.eq_ignore_ascii_case("valkeys")
+        })
 }
 
 impl std::fmt::Debug for ClientConfig {
@@ -156,6 +183,7 @@ impl std::fmt::Debug for ClientConfig {
             command_timeout,
             max_name_len,
             token_retention,
+            tls,
         } = self;
         f.debug_struct("ClientConfig")
             .field("url", &redact(url))
@@ -166,6 +194,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("command_timeout", command_timeout)
             .field("max_name_len", max_name_len)
             .field("token_retention", token_retention)
+            .field("tls", tls)
             .finish()
     }
 }
@@ -359,9 +388,104 @@ impl ClientBuilder {
         self
     }
 
+    /// Trusts the CA certificates in this PEM text (one or more) for
+    /// `rediss://` servers, instead of the platform's root certificates:
+    /// for a server whose certificate a private CA signed. Needs the `tls`
+    /// feature and a `rediss://` URL; the PEM is checked by
+    /// [`build`](Self::build).
+    ///
+    /// ```
+    /// let ca_pem = b"-----BEGIN CERTIFICATE-----\n...\n-----END CERTIFICATE-----\n";
+    /// let b = lock_core::ClientBuilder::new("rediss://redis.internal:6380").tls_ca_pem(ca_pem);
+    /// # let _ = b;
+    /// ```
+    pub fn tls_ca_pem(mut self, pem: impl Into<Vec<u8>>) -> Self {
+        self.config.tls.ca = Some(PemSource::Bytes(pem.into()));
+        self
+    }
+
+    /// Like [`tls_ca_pem`](Self::tls_ca_pem), with the PEM read from a file
+    /// when the client is built.
+    ///
+    /// ```
+    /// let b = lock_core::ClientBuilder::new("rediss://redis.internal:6380")
+    ///     .tls_ca_file("/etc/redis/tls/ca.crt");
+    /// # let _ = b;
+    /// ```
+    pub fn tls_ca_file(mut self, path: impl Into<PathBuf>) -> Self {
+        self.config.tls.ca = Some(PemSource::File(path.into()));
+        self
+    }
+
+    /// Presents this client certificate chain and private key (PEM) to
+    /// servers that require mutual TLS (`tls-auth-clients yes`). The key
+    /// never appears in `Debug` output or error messages.
+    ///
+    /// ```
+    /// # let (cert_pem, key_pem) = (Vec::<u8>::new(), Vec::<u8>::new());
+    /// let b = lock_core::ClientBuilder::new("rediss://redis.internal:6380")
+    ///     .tls_client_cert_pem(cert_pem, key_pem);
+    /// # let _ = b;
+    /// ```
+    pub fn tls_client_cert_pem(
+        mut self,
+        cert: impl Into<Vec<u8>>,
+        key: impl Into<Vec<u8>>,
+    ) -> Self {
+        self.config.tls.client_cert = Some(PemSource::Bytes(cert.into()));
+        self.config.tls.client_key = Some(PemSource::Bytes(key.into()));
+        self
+    }
+
+    /// Like [`tls_client_cert_pem`](Self::tls_client_cert_pem), with both
+    /// read from files when the client is built.
+    ///
+    /// ```
+    /// let b = lock_core::ClientBuilder::new("rediss://redis.internal:6380")
+    ///     .tls_client_cert_files("/etc/app/redis.crt", "/etc/app/redis.key");
+    /// # let _ = b;
+    /// ```
+    pub fn tls_client_cert_files(
+        mut self,
+        cert: impl Into<PathBuf>,
+        key: impl Into<PathBuf>,
+    ) -> Self {
+        self.config.tls.client_cert = Some(PemSource::File(cert.into()));
+        self.config.tls.client_key = Some(PemSource::File(key.into()));
+        self
+    }
+
+    /// **Turns off every check of the server's certificate** (its CA, its
+    /// host name, its dates) when `true`: anyone on the network path can
+    /// then pose as Redis, read lock traffic and hand out locks. Only for
+    /// tests against throwaway servers. Default `false`, and while it is
+    /// `false` a URL with redis-rs's `#insecure` fragment is refused, so an
+    /// insecure URL cannot slip in through configuration alone. With
+    /// `true`, the fragment is not needed.
+    ///
+    /// ```
+    /// let err = lock_core::ClientConfig::new("rediss://127.0.0.1:6380/#insecure")
+    ///     .validate()
+    ///     .unwrap_err();
+    /// // (without the `tls` feature, the error asks for the feature instead)
+    /// let text = err.to_string();
+    /// assert!(text.contains("danger_accept_invalid_certificates") || text.contains("`tls` feature"));
+    ///
+    /// let b = lock_core::ClientBuilder::new("rediss://127.0.0.1:6380/#insecure")
+    ///     .danger_accept_invalid_certificates(true);
+    /// # let _ = b;
+    /// ```
+    pub fn danger_accept_invalid_certificates(mut self, accept: bool) -> Self {
+        self.config.tls.danger_accept_invalid_certificates = accept;
+        self
+    }
+
     /// Called with every error of background work that no caller awaits:
     /// the release of a dropped guard that failed for good, a renewal that
-    /// failed. Such errors are also logged with `tracing`.
+    /// failed; and with warnings about the server: a `maxmemory-policy`
+    /// that can evict lock keys (checked by
+    /// [`LockClient::ping`](crate::LockClient::ping), once per policy seen).
+    /// Such errors are also logged with `tracing`.
     ///
     /// ```
     /// let b = lock_core::ClientBuilder::new("redis://h")
@@ -453,6 +577,42 @@ mod tests {
                 "{err} should mention {needle}"
             );
         }
+    }
+
+    #[cfg(not(feature = "tls"))]
+    #[test]
+    fn rediss_without_the_feature_names_the_feature() {
+        let err = ClientConfig::new("rediss://h:6380")
+            .validate()
+            .expect_err("no tls");
+        assert!(err.is_invalid_input());
+        assert!(
+            err.to_string().contains("lock-core's `tls` feature"),
+            "{err}"
+        );
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn the_insecure_fragment_needs_the_danger_option() {
+        let mut config = ClientConfig::new("rediss://h:6380/#insecure");
+        let err = config.validate().expect_err("refused");
+        assert!(
+            err.to_string()
+                .contains("danger_accept_invalid_certificates(true)"),
+            "{err}"
+        );
+        config.tls.danger_accept_invalid_certificates = true;
+        assert!(config.validate().is_ok());
+        assert!(ClientConfig::new("rediss://h:6380").validate().is_ok());
+    }
+
+    #[test]
+    fn tls_settings_need_a_tls_url() {
+        let mut config = ClientConfig::new("redis://h:6379");
+        config.tls.ca = Some(PemSource::File("/etc/ca.pem".into()));
+        let err = config.validate().expect_err("plain url");
+        assert!(err.to_string().contains("rediss://"), "{err}");
     }
 
     #[test]

@@ -13,6 +13,9 @@
 //! on every checkout, a second round trip per command). This manager marks
 //! a connection broken when a command on it fails at the I/O level, and bb8
 //! then drops it instead of returning it to the pool.
+//!
+//! `rediss://` connections carry the client's TLS settings (see `tls.rs`);
+//! a failed TLS handshake comes back with its rustls cause in the message.
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -22,6 +25,9 @@ use bb8_redis::bb8;
 use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisError, RedisResult, Value};
 
+use crate::config::ClientConfig;
+use crate::eviction::EvictionCheck;
+
 /// Creates pooled connections.
 #[derive(Debug)]
 pub(crate) struct Manager {
@@ -30,20 +36,19 @@ pub(crate) struct Manager {
 }
 
 impl Manager {
-    pub(crate) fn new(
-        info: redis::ConnectionInfo,
-        connect_timeout: Duration,
-        command_timeout: Duration,
-    ) -> RedisResult<Self> {
+    /// A manager for the configured server: URL, time-outs and TLS
+    /// settings (CA and client certificate files are read here).
+    pub(crate) fn new(config: &ClientConfig) -> crate::error::Result<Self> {
         Ok(Manager {
-            client: redis::Client::open(info)?,
+            client: crate::tls::redis_client(config.connection_info()?, &config.tls)?,
             config: AsyncConnectionConfig::new()
-                .set_connection_timeout(Some(connect_timeout))
-                .set_response_timeout(Some(command_timeout)),
+                .set_connection_timeout(Some(config.connect_timeout))
+                .set_response_timeout(Some(config.command_timeout)),
         })
     }
 
-    /// The redis-rs client, for the dedicated pub/sub connection.
+    /// The redis-rs client (TLS settings included), for the dedicated
+    /// pub/sub connection.
     pub(crate) fn client(&self) -> &redis::Client {
         &self.client
     }
@@ -126,6 +131,8 @@ pub(crate) struct Pool {
     max_size: u32,
     shared: Mutex<Vec<Conn>>,
     next: AtomicUsize,
+    /// What the server's eviction policy was last seen as (see `eviction.rs`).
+    pub(crate) eviction: EvictionCheck,
 }
 
 impl std::fmt::Debug for Pool {
@@ -221,7 +228,8 @@ impl bb8::ManageConnection for Manager {
         let inner = self
             .client
             .get_multiplexed_async_connection_with_config(&self.config)
-            .await?;
+            .await
+            .map_err(crate::tls::explain)?;
         Ok(Conn {
             inner,
             broken: Arc::new(AtomicBool::new(false)),
@@ -255,5 +263,6 @@ pub(crate) fn build_pool(manager: Manager, size: u32, connect_timeout: Duration)
         max_size: size,
         shared: Mutex::new(Vec::new()),
         next: AtomicUsize::new(0),
+        eviction: EvictionCheck::default(),
     }
 }

@@ -92,6 +92,19 @@ pub enum Error {
     #[error("unexpected reply from redis: {0}")]
     Protocol(String),
 
+    /// The server's `maxmemory-policy` lets Redis evict lock keys under
+    /// memory pressure (every lock key has a TTL, so `volatile-*` policies
+    /// evict them first): a held lock can vanish. Reported through the
+    /// error hook when the client connects or pings; set `noeviction`.
+    #[error(
+        "redis maxmemory-policy is `{policy}`: under memory pressure Redis may evict lock keys \
+         (they all have a TTL), and a held lock can vanish; set maxmemory-policy noeviction"
+    )]
+    EvictionPolicy {
+        /// The policy the server reported.
+        policy: String,
+    },
+
     /// No client to lock with: [`default_client`](crate::default_client)
     /// was asked for (by `#[distributed_lock]` without `client = ...`)
     /// before [`install_default`](crate::install_default) was called.
@@ -234,7 +247,24 @@ impl Error {
     /// ```
     pub fn is_no_permission(&self) -> bool {
         matches!(self, Error::Redis(e) if e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm)
-            || e.to_string().contains("NOPERM"))
+        || {
+            let text = e.to_string();
+            text.contains("NOPERM")
+                || text.contains("NoPerm")
+                || text.contains("no permissions to")
+        })
+    }
+
+    /// The server may evict lock keys (see [`Error::EvictionPolicy`]).
+    ///
+    /// ```
+    /// # use lock_core::Error;
+    /// let err = Error::EvictionPolicy { policy: "volatile-lru".into() };
+    /// assert!(err.is_eviction_policy());
+    /// assert!(err.to_string().contains("noeviction"));
+    /// ```
+    pub fn is_eviction_policy(&self) -> bool {
+        matches!(self, Error::EvictionPolicy { .. })
     }
 }
 

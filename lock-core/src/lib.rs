@@ -249,6 +249,7 @@ mod connection;
 mod context;
 mod default_client;
 mod error;
+mod eviction;
 mod guard;
 mod hold;
 mod inspect;
@@ -257,6 +258,7 @@ mod lock;
 mod pubsub;
 mod queue;
 mod scripts;
+mod tls;
 mod watchdog;
 
 pub use client::LockClient;
@@ -271,6 +273,7 @@ pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use inspect::{LockOwner, LockStatus};
 pub use lock::{AcquireOptions, Lock};
+pub use tls::{PemSource, TlsConfig};
 
 /// Takes a distributed lock around an `async fn` (feature `macros`).
 #[cfg(feature = "macros")]

@@ -69,6 +69,15 @@ struct Credentials {
     password: String,
 }
 
+/// The files and client-certificate mode of a TLS listener.
+#[derive(Debug, Clone)]
+struct TlsFiles {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
+    auth_clients: String,
+}
+
 /// Configures and starts a [`RedisServer`]; see [`RedisServer::builder`].
 ///
 /// ```
@@ -87,6 +96,7 @@ pub struct RedisServerBuilder {
     args: Vec<OsString>,
     ready_timeout: Duration,
     credentials: Option<Credentials>,
+    tls: Option<TlsFiles>,
 }
 
 impl RedisServerBuilder {
@@ -186,6 +196,62 @@ impl RedisServerBuilder {
         self
     }
 
+    /// Adds a TLS listener on a second free loopback port
+    /// ([`tls_port`](RedisServer::tls_port)): `--tls-port <port>
+    /// --tls-cert-file <cert> --tls-key-file <key> --tls-ca-cert-file <ca>
+    /// --tls-auth-clients no` (see [`tls_auth_clients`](Self::tls_auth_clients)).
+    /// The plain port stays open on loopback for the harness itself
+    /// (readiness probe, [`command`](RedisServer::command)), which speaks
+    /// no TLS; clients under test use the TLS port. Needs a redis-server
+    /// built with TLS (Debian's is).
+    ///
+    /// ```no_run
+    /// use lock_tests::RedisServer;
+    ///
+    /// let server = RedisServer::builder()
+    ///     .tls("server.crt", "server.key", "ca.crt")
+    ///     .start()?;
+    /// println!("rediss://localhost:{}", server.tls_port().unwrap_or(0));
+    /// # Ok::<(), lock_tests::HarnessError>(())
+    /// ```
+    pub fn tls(
+        mut self,
+        cert: impl Into<PathBuf>,
+        key: impl Into<PathBuf>,
+        ca: impl Into<PathBuf>,
+    ) -> Self {
+        let auth_clients = self
+            .tls
+            .take()
+            .map_or_else(|| "no".to_owned(), |t| t.auth_clients);
+        self.tls = Some(TlsFiles {
+            cert: cert.into(),
+            key: key.into(),
+            ca: ca.into(),
+            auth_clients,
+        });
+        self
+    }
+
+    /// Whether the TLS listener asks clients for a certificate signed by
+    /// its CA: `"no"` (the default), `"optional"` or `"yes"`
+    /// (`--tls-auth-clients`). Only with [`tls`](Self::tls).
+    ///
+    /// ```no_run
+    /// let server = lock_tests::RedisServer::builder()
+    ///     .tls("server.crt", "server.key", "ca.crt")
+    ///     .tls_auth_clients("yes")
+    ///     .start()?;
+    /// # let _ = server;
+    /// # Ok::<(), lock_tests::HarnessError>(())
+    /// ```
+    pub fn tls_auth_clients(mut self, mode: &str) -> Self {
+        if let Some(tls) = self.tls.as_mut() {
+            tls.auth_clients = mode.to_owned();
+        }
+        self
+    }
+
     /// Starts the server on a free loopback port and waits until it answers.
     ///
     /// Tries up to 5 fresh ports if the server exits early (for example
@@ -214,6 +280,8 @@ impl RedisServerBuilder {
         let mut server = RedisServer {
             child: None,
             port: 0,
+            tls_port: 0,
+            tls: self.tls,
             binary,
             args: self.args,
             credentials,
@@ -224,6 +292,9 @@ impl RedisServerBuilder {
         loop {
             attempt += 1;
             server.port = free_port()?;
+            if server.tls.is_some() {
+                server.tls_port = free_port()?;
+            }
             match server.spawn_and_wait() {
                 Ok(()) => return Ok(server),
                 Err(HarnessError::ServerExited { .. }) if attempt < START_ATTEMPTS => continue,
@@ -258,6 +329,9 @@ fn requirepass(args: &[OsString]) -> Option<Credentials> {
 pub struct RedisServer {
     child: Option<Child>,
     port: u16,
+    /// The TLS listener's port (0: none).
+    tls_port: u16,
+    tls: Option<TlsFiles>,
     binary: PathBuf,
     args: Vec<OsString>,
     credentials: Option<Credentials>,
@@ -297,6 +371,7 @@ impl RedisServer {
             args: Vec::new(),
             ready_timeout: DEFAULT_READY_TIMEOUT,
             credentials: None,
+            tls: None,
         }
     }
 
@@ -341,6 +416,19 @@ impl RedisServer {
     /// ```
     pub fn port(&self) -> u16 {
         self.port
+    }
+
+    /// The TLS listener's loopback port, for servers started with
+    /// [`RedisServerBuilder::tls`]; `None` otherwise. Unchanged by
+    /// [`restart`](Self::restart).
+    ///
+    /// ```
+    /// let server = lock_tests::RedisServer::start()?;
+    /// assert_eq!(server.tls_port(), None);
+    /// # Ok::<(), lock_tests::HarnessError>(())
+    /// ```
+    pub fn tls_port(&self) -> Option<u16> {
+        self.tls.as_ref().map(|_| self.tls_port)
     }
 
     /// `127.0.0.1:PORT`.
@@ -596,6 +684,21 @@ impl RedisServer {
             .append(true)
             .open(dir.join(CONSOLE_FILE))?;
         let console_err = console.try_clone()?;
+        let mut tls_args: Vec<OsString> = Vec::new();
+        if let Some(tls) = &self.tls {
+            tls_args.extend([
+                OsString::from("--tls-port"),
+                OsString::from(self.tls_port.to_string()),
+                OsString::from("--tls-cert-file"),
+                tls.cert.clone().into_os_string(),
+                OsString::from("--tls-key-file"),
+                tls.key.clone().into_os_string(),
+                OsString::from("--tls-ca-cert-file"),
+                tls.ca.clone().into_os_string(),
+                OsString::from("--tls-auth-clients"),
+                OsString::from(&tls.auth_clients),
+            ]);
+        }
         Command::new(&self.binary)
             .arg("--port")
             .arg(self.port.to_string())
@@ -605,6 +708,7 @@ impl RedisServer {
             .arg(dir)
             .arg("--logfile")
             .arg(dir.join(LOG_FILE))
+            .args(&tls_args)
             .args(&self.args)
             .stdin(Stdio::null())
             .stdout(console)

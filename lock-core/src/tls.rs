@@ -1,0 +1,370 @@
+//! TLS settings for `rediss://` URLs (feature `tls`): which CA to trust,
+//! the client certificate for mutual TLS, and the loudly named switch that
+//! turns certificate checks off.
+//!
+//! With the `tls` feature, connections use rustls with the `ring` crypto
+//! provider, which is installed as the process's default provider when the
+//! application has not installed one (an application that installed its own
+//! keeps it). Server certificates are checked against the platform's root
+//! certificates (`/etc/ssl/certs`, or the files `SSL_CERT_FILE` and
+//! `SSL_CERT_DIR` name), or against the CA given with
+//! [`ClientBuilder::tls_ca_file`](crate::ClientBuilder::tls_ca_file) /
+//! [`tls_ca_pem`](crate::ClientBuilder::tls_ca_pem), which then replaces the
+//! platform's roots.
+
+use std::path::PathBuf;
+
+use crate::error::{Error, Result};
+
+/// PEM text given to the builder: bytes, or a file read when the client is
+/// built. Its `Debug` output shows a file's path but never the bytes.
+///
+/// ```
+/// let pem = lock_core::PemSource::File("/etc/redis/ca.pem".into());
+/// assert_eq!(format!("{pem:?}"), "File(\"/etc/redis/ca.pem\")");
+/// let pem = lock_core::PemSource::Bytes(b"-----BEGIN PRIVATE KEY-----...".to_vec());
+/// assert_eq!(format!("{pem:?}"), "Bytes(<30 bytes>)");
+/// ```
+#[derive(Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum PemSource {
+    /// PEM text in memory.
+    Bytes(Vec<u8>),
+    /// A PEM file, read by [`ClientBuilder::build`](crate::ClientBuilder::build).
+    File(PathBuf),
+}
+
+impl std::fmt::Debug for PemSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            PemSource::Bytes(b) => write!(f, "Bytes(<{} bytes>)", b.len()),
+            PemSource::File(p) => f.debug_tuple("File").field(p).finish(),
+        }
+    }
+}
+
+/// TLS settings of a client; they apply to `rediss://` URLs only (feature
+/// `tls`). The default trusts the platform's root certificates, sends no
+/// client certificate and checks the server's certificate and host name.
+///
+/// ```
+/// let tls = lock_core::TlsConfig::default();
+/// assert!(tls.ca.is_none() && tls.client_cert.is_none());
+/// assert!(!tls.danger_accept_invalid_certificates);
+/// ```
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TlsConfig {
+    /// CA certificates (PEM, one or more) that the server's certificate must
+    /// chain to, instead of the platform's roots. Default none: the
+    /// platform's roots (`SSL_CERT_FILE` / `SSL_CERT_DIR` honoured).
+    pub ca: Option<PemSource>,
+    /// Client certificate chain (PEM) for servers that require mutual TLS
+    /// (`tls-auth-clients yes`); needs [`client_key`](Self::client_key).
+    /// Default none.
+    pub client_cert: Option<PemSource>,
+    /// The client certificate's private key (PEM). Never shown by `Debug`.
+    /// Default none.
+    pub client_key: Option<PemSource>,
+    /// Accept any server certificate, for any host name: no protection
+    /// against a man in the middle. Default false; while false, a URL with
+    /// redis-rs's `#insecure` fragment is refused.
+    pub danger_accept_invalid_certificates: bool,
+}
+
+impl TlsConfig {
+    /// Whether any setting differs from the default.
+    pub(crate) fn is_set(&self) -> bool {
+        *self != TlsConfig::default()
+    }
+
+    /// Checks what can be checked without reading files.
+    pub(crate) fn validate(&self, url_is_tls: bool) -> Result<()> {
+        if self.is_set() && !url_is_tls {
+            return Err(Error::InvalidArgument(
+                "TLS settings (tls_ca_*, tls_client_cert_*, danger_accept_invalid_certificates) \
+                 apply to rediss:// URLs only"
+                    .into(),
+            ));
+        }
+        if self.client_cert.is_some() != self.client_key.is_some() {
+            return Err(Error::InvalidArgument(
+                "a TLS client certificate needs its key, and a key its certificate".into(),
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The message for a `rediss://` URL in a build without the `tls` feature.
+pub(crate) const FEATURE_MISSING: &str = "rediss:// URLs need lock-core's `tls` feature \
+     (lock-core = { version = \"0.1\", features = [\"tls\"] } in Cargo.toml)";
+
+/// The message for redis-rs's `#insecure` fragment without the builder's consent.
+pub(crate) const INSECURE_REFUSED: &str = "the `#insecure` URL fragment turns off every check of \
+     the server's certificate; lock-core refuses it unless \
+     ClientBuilder::danger_accept_invalid_certificates(true) is set";
+
+/// The redis-rs client for `info`, with the TLS settings applied.
+#[cfg(feature = "tls")]
+pub(crate) fn redis_client(
+    mut info: redis::ConnectionInfo,
+    tls: &TlsConfig,
+) -> Result<redis::Client> {
+    use redis::ConnectionAddr;
+
+    let redis::ConnectionAddr::TcpTls { host, port, .. } = info.addr().clone() else {
+        return redis::Client::open(info).map_err(invalid_url);
+    };
+    install_crypto_provider();
+    if tls.danger_accept_invalid_certificates {
+        tracing::warn!(host = %host, port, "TLS certificate checks are OFF (danger_accept_invalid_certificates): anyone on the path can read and change lock traffic");
+        info = info.set_addr(ConnectionAddr::TcpTls {
+            host,
+            port,
+            insecure: true,
+            tls_params: None,
+        });
+    }
+    if tls.ca.is_none() && tls.client_cert.is_none() {
+        return redis::Client::open(info).map_err(invalid_url);
+    }
+    let root_cert = match &tls.ca {
+        Some(ca) => {
+            let pem = read(ca, "tls_ca")?;
+            check_certificates(&pem).map_err(|why| bad_pem("tls_ca", ca, &why))?;
+            Some(pem)
+        }
+        None => None,
+    };
+    let client_tls = match (&tls.client_cert, &tls.client_key) {
+        (Some(cert), Some(key)) => {
+            let cert_pem = read(cert, "tls_client_cert")?;
+            check_certificates(&cert_pem).map_err(|why| bad_pem("tls_client_cert", cert, &why))?;
+            let key_pem = read(key, "tls_client_key")?;
+            check_key(&key_pem).map_err(|why| bad_pem("tls_client_key", key, &why))?;
+            Some(redis::ClientTlsConfig {
+                client_cert: cert_pem,
+                client_key: key_pem,
+            })
+        }
+        _ => None,
+    };
+    redis::Client::build_with_tls(
+        info,
+        redis::TlsCertificates {
+            client_tls,
+            root_cert,
+        },
+    )
+    .map_err(|e| Error::InvalidArgument(format!("TLS settings: {e}")))
+}
+
+/// Without the `tls` feature: plain connections only (`rediss://` was
+/// refused when the configuration was validated).
+#[cfg(not(feature = "tls"))]
+pub(crate) fn redis_client(info: redis::ConnectionInfo, _tls: &TlsConfig) -> Result<redis::Client> {
+    redis::Client::open(info).map_err(invalid_url)
+}
+
+fn invalid_url(e: redis::RedisError) -> Error {
+    Error::InvalidArgument(format!("redis url: {e}"))
+}
+
+#[cfg(feature = "tls")]
+fn read(source: &PemSource, what: &str) -> Result<Vec<u8>> {
+    match source {
+        PemSource::Bytes(b) => Ok(b.clone()),
+        PemSource::File(path) => std::fs::read(path)
+            .map_err(|e| Error::InvalidArgument(format!("{what} file `{}`: {e}", path.display()))),
+    }
+}
+
+/// At least one certificate, and every PEM block well-formed.
+#[cfg(feature = "tls")]
+fn check_certificates(pem: &[u8]) -> std::result::Result<(), String> {
+    use rustls::pki_types::pem::PemObject;
+    let mut count = 0;
+    for cert in rustls::pki_types::CertificateDer::pem_slice_iter(pem) {
+        cert.map_err(|e| e.to_string())?;
+        count += 1;
+    }
+    if count == 0 {
+        return Err("no CERTIFICATE block found".into());
+    }
+    Ok(())
+}
+
+/// One private key (PKCS#8, PKCS#1 or SEC1). The error says what is wrong
+/// with the PEM, never what the key holds.
+#[cfg(feature = "tls")]
+fn check_key(pem: &[u8]) -> std::result::Result<(), String> {
+    use rustls::pki_types::pem::PemObject;
+    rustls::pki_types::PrivateKeyDer::from_pem_slice(pem)
+        .map(|_| ())
+        .map_err(|e| match e {
+            rustls::pki_types::pem::Error::NoItemsFound => "no PRIVATE KEY block found".into(),
+            other => other.to_string(),
+        })
+}
+
+#[cfg(feature = "tls")]
+fn bad_pem(what: &str, source: &PemSource, why: &str) -> Error {
+    let whence = match source {
+        PemSource::Bytes(_) => String::from("PEM"),
+        PemSource::File(path) => format!("file `{}`", path.display()),
+    };
+    Error::InvalidArgument(format!("{what} {whence}: {why}"))
+}
+
+/// Makes rustls usable: installs the `ring` provider as the process's
+/// default unless one is installed already (by the application, or by an
+/// earlier client). Never panics.
+#[cfg(feature = "tls")]
+pub(crate) fn install_crypto_provider() {
+    if rustls::crypto::CryptoProvider::get_default().is_none() {
+        // Losing a race to another installer is fine: a provider is installed.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    }
+}
+
+/// A failed TLS connect made readable: the rustls cause (`invalid peer
+/// certificate: UnknownIssuer`, …) with what usually fixes it. Other errors
+/// pass unchanged.
+///
+/// The result is a configuration error, not an I/O error: a certificate
+/// the client does not trust stays untrusted, so retrying (as lock-core
+/// does for a dropped connection) would only turn the cause into a
+/// time-out.
+#[cfg(feature = "tls")]
+pub(crate) fn explain(err: redis::RedisError) -> redis::RedisError {
+    let Some(cause) = rustls_cause(&err) else {
+        return err;
+    };
+    let hint = hint(cause);
+    let text = if hint.is_empty() {
+        cause.to_string()
+    } else {
+        format!("{cause} ({hint})")
+    };
+    redis::RedisError::from((
+        redis::ErrorKind::InvalidClientConfig,
+        "TLS handshake failed",
+        text,
+    ))
+}
+
+/// Without the `tls` feature there is no TLS error to explain.
+#[cfg(not(feature = "tls"))]
+pub(crate) fn explain(err: redis::RedisError) -> redis::RedisError {
+    err
+}
+
+/// The rustls error inside `err` (directly, or inside an I/O error).
+#[cfg(feature = "tls")]
+fn rustls_cause(err: &redis::RedisError) -> Option<&rustls::Error> {
+    use std::error::Error as StdError;
+    type Shared = std::sync::Arc<dyn StdError + Send + Sync>;
+    // redis-rs keeps the I/O error in an `Arc` (the source is the `Arc`),
+    // and `io::Error::source()` skips the error it wraps: look inside both.
+    let mut next: Option<&(dyn StdError + 'static)> = err.source();
+    while let Some(mut e) = next {
+        if let Some(shared) = e.downcast_ref::<Shared>() {
+            e = &**shared;
+        }
+        if let Some(r) = e.downcast_ref::<rustls::Error>() {
+            return Some(r);
+        }
+        if let Some(r) = e
+            .downcast_ref::<std::io::Error>()
+            .and_then(|io| io.get_ref())
+            .and_then(|inner| inner.downcast_ref::<rustls::Error>())
+        {
+            return Some(r);
+        }
+        next = e.source();
+    }
+    None
+}
+
+#[cfg(feature = "tls")]
+fn hint(cause: &rustls::Error) -> &'static str {
+    use rustls::{AlertDescription, CertificateError};
+    match cause {
+        rustls::Error::InvalidCertificate(CertificateError::UnknownIssuer) => {
+            "the server's certificate is not signed by a CA this client trusts: give the client \
+             the CA with ClientBuilder::tls_ca_file / tls_ca_pem, or add it to the platform's \
+             roots (SSL_CERT_FILE)"
+        }
+        rustls::Error::InvalidCertificate(
+            CertificateError::NotValidForName | CertificateError::NotValidForNameContext { .. },
+        ) => "the server's certificate does not name the host of the URL: connect by a name the certificate holds",
+        rustls::Error::InvalidCertificate(
+            CertificateError::Expired | CertificateError::ExpiredContext { .. },
+        ) => "the server's certificate has expired",
+        rustls::Error::AlertReceived(
+            AlertDescription::CertificateRequired | AlertDescription::HandshakeFailure,
+        ) => "does the server require a client certificate? see ClientBuilder::tls_client_cert_files",
+        rustls::Error::AlertReceived(
+            AlertDescription::UnknownCA | AlertDescription::BadCertificate,
+        ) => "the server does not accept this client certificate",
+        _ => "",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn debug_never_shows_pem_bytes() {
+        let tls = TlsConfig {
+            ca: Some(PemSource::File("/etc/ca.pem".into())),
+            client_cert: Some(PemSource::Bytes(b"CERT-BYTES".to_vec())),
+            client_key: Some(PemSource::Bytes(b"SECRET-KEY-BYTES".to_vec())),
+            danger_accept_invalid_certificates: false,
+        };
+        let debug = format!("{tls:?}");
+        assert!(!debug.contains("SECRET-KEY-BYTES"), "{debug}");
+        assert!(!debug.contains("CERT-BYTES"), "{debug}");
+        assert!(debug.contains("/etc/ca.pem"), "{debug}");
+    }
+
+    #[test]
+    fn settings_need_a_tls_url_and_come_in_pairs() {
+        assert!(TlsConfig::default().validate(false).is_ok());
+        let ca = TlsConfig {
+            ca: Some(PemSource::Bytes(Vec::new())),
+            ..TlsConfig::default()
+        };
+        assert!(ca.validate(true).is_ok());
+        let err = ca.validate(false).expect_err("plain url");
+        assert!(err.to_string().contains("rediss://"), "{err}");
+        let half = TlsConfig {
+            client_cert: Some(PemSource::Bytes(Vec::new())),
+            ..TlsConfig::default()
+        };
+        assert!(half.validate(true).is_err());
+    }
+
+    #[cfg(feature = "tls")]
+    #[test]
+    fn a_ca_without_certificates_is_refused_when_built() {
+        use redis::IntoConnectionInfo;
+        let info = "rediss://127.0.0.1:1"
+            .into_connection_info()
+            .expect("static url");
+        let tls = TlsConfig {
+            ca: Some(PemSource::Bytes(b"not pem".to_vec())),
+            ..TlsConfig::default()
+        };
+        let err = redis_client(info.clone(), &tls).expect_err("no certificate");
+        assert!(err.to_string().contains("no CERTIFICATE"), "{err}");
+        let tls = TlsConfig {
+            ca: Some(PemSource::File("/no/such/ca.pem".into())),
+            ..TlsConfig::default()
+        };
+        let err = redis_client(info, &tls).expect_err("no file");
+        assert!(err.to_string().contains("/no/such/ca.pem"), "{err}");
+    }
+}
