@@ -10,12 +10,13 @@ lock-bench: measures lock-core against reference loops on a real Redis.
 usage: lock-bench [options]
 
   --url URL            Redis to use (default: start a private redis-server)
-  --workloads LIST     comma-separated, any of REF,W1,W2,W3,WD,LAYER (default: all)
+  --workloads LIST     comma-separated, any of REF,W1,W2,W3,W3NP,WD,LAYER (default: all)
   --duration SECS      measured window per workload (default 5)
   --warmup SECS        warm-up before each window (default 1)
   --tasks N            tasks of W1, W2, L-min, and LAYER's HTTP client tasks;
                        W3 splits them over the processes (default 16)
-  --processes N        W3 processes (default 4; tasks per process = tasks / processes)
+  --processes N        W3 and W3NP processes (default 4; W3: tasks per process =
+                       tasks / processes; W3NP: one task per process)
   --wd-counts LIST     numbers of locks the WD workload holds (default 10000,100000)
   --wd-watchdog-ms MS  watchdog timeout of the WD client (default 3000: renewal every 1 s)
   --wd-in-flight N     WD acquisitions (and releases) in flight at once (default 256)
@@ -40,6 +41,9 @@ pub(crate) enum Workload {
     W2,
     /// Contended across processes.
     W3,
+    /// Contended across processes, one task per process: each process asks
+    /// again the moment its release returns (no pause, no local queue).
+    W3np,
     /// Many locks held by the watchdog.
     Wd,
     /// lock-tower's layer against the lock taken by hand, over HTTP.
@@ -47,11 +51,12 @@ pub(crate) enum Workload {
 }
 
 impl Workload {
-    pub(crate) const ALL: [Workload; 6] = [
+    pub(crate) const ALL: [Workload; 7] = [
         Workload::Ref,
         Workload::W1,
         Workload::W2,
         Workload::W3,
+        Workload::W3np,
         Workload::Wd,
         Workload::Layer,
     ];
@@ -62,10 +67,11 @@ impl Workload {
             "W1" => Ok(Workload::W1),
             "W2" => Ok(Workload::W2),
             "W3" => Ok(Workload::W3),
+            "W3NP" => Ok(Workload::W3np),
             "WD" => Ok(Workload::Wd),
             "LAYER" => Ok(Workload::Layer),
             other => Err(format!(
-                "unknown workload {other:?} (valid: REF, W1, W2, W3, WD, LAYER)"
+                "unknown workload {other:?} (valid: REF, W1, W2, W3, W3NP, WD, LAYER)"
             )),
         }
     }
@@ -90,11 +96,13 @@ pub(crate) struct Options {
     pub(crate) smoke: bool,
 }
 
-/// Settings of a W3 child process (the hidden `--child w3` role).
+/// Settings of a W3 / W3NP child process (the hidden `--child w3` role).
 #[derive(Clone, Debug)]
 pub(crate) struct ChildOptions {
     pub(crate) url: String,
     pub(crate) prefix: String,
+    /// The lock's name; the counter is `<prefix><lock>:counter`.
+    pub(crate) lock: String,
     pub(crate) proc_id: usize,
     pub(crate) tasks: usize,
     pub(crate) threads: Option<usize>,
@@ -134,6 +142,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Command, String> {
     let mut child = None;
     let mut prefix = None;
     let mut proc_id = None;
+    let mut lock = None;
     while let Some(flag) = it.next() {
         let mut value = || {
             it.next()
@@ -177,6 +186,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Command, String> {
             "--child" => child = Some(value()?),
             "--prefix" => prefix = Some(value()?),
             "--proc" => proc_id = Some(count(flag, &value()?, 0, MAX_PROCESSES)?),
+            "--lock" => lock = Some(value()?),
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -188,6 +198,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Command, String> {
         return Ok(Command::Child(ChildOptions {
             url: url.ok_or("a child needs --url")?,
             prefix: prefix.ok_or("a child needs --prefix")?,
+            lock: lock.ok_or("a child needs --lock")?,
             proc_id: proc_id.ok_or("a child needs --proc")?,
             tasks: tasks.ok_or("a child needs --tasks")?,
             threads,
@@ -278,6 +289,10 @@ mod tests {
             run(&["--workloads", "layer"]).workloads,
             vec![Workload::Layer]
         );
+        assert_eq!(
+            run(&["--workloads", "REF,W3,w3np"]).workloads,
+            vec![Workload::Ref, Workload::W3, Workload::W3np]
+        );
     }
 
     #[test]
@@ -289,6 +304,7 @@ mod tests {
             vec!["--frobnicate"],
             vec!["--url"],
             vec!["--child", "w3"],
+            vec!["--workloads", "W3-NP"],
         ] {
             let args: Vec<String> = bad.iter().map(|s| s.to_string()).collect();
             assert!(parse(&args).is_err(), "{bad:?} must be rejected");

@@ -3,19 +3,21 @@
 //! Starts a private redis-server (or uses `--url`), runs the workloads of
 //! issue 6 — the L-min and L-serial references, W1 (uncontended), W2
 //! (contended, one process), W3 (contended, several processes: copies of
-//! this program), WD (watchdog holding many locks), LAYER (lock-tower's
+//! this program), W3NP (the same with one task per process, which asks
+//! again the moment its release returns), WD (watchdog holding many locks), LAYER (lock-tower's
 //! `LockLayer` against the same lock taken by hand, over loopback HTTP) —
 //! and prints one JSON line per measurement on stdout, then a summary with
 //! the ratios against the targets on stderr. `scripts/bench.sh` builds it in release mode and
 //! runs it with redis-server pinned to CPU 0 and the benchmark to CPU 1.
 //!
 //! ```text
-//! lock-bench [--url URL] [--workloads REF,W1,W2,W3,WD,LAYER] [--duration 5] [--warmup 1]
+//! lock-bench [--url URL] [--workloads REF,W1,W2,W3,W3NP,WD,LAYER] [--duration 5] [--warmup 1]
 //!            [--tasks 16] [--processes 4] [--wd-counts 10000,100000]
 //!            [--redis-cpu 0] [--bench-cpu 1] [--smoke]
 //! ```
 
 mod args;
+mod load;
 mod pin;
 mod redis_util;
 mod report;
@@ -30,6 +32,7 @@ use lock_tests::RedisServer;
 use tokio::runtime::Runtime;
 
 use crate::args::{ChildOptions, Command, Options, Workload, USAGE};
+use crate::load::{load_average, Usage};
 use crate::report::Measurement;
 use crate::workloads::{layer, refs, w1, w2, w3, wd, Ctx};
 
@@ -120,14 +123,13 @@ fn run(opts: Options) -> BenchResult<ExitCode> {
         (None, None) => return Err("no Redis to use".into()),
     };
 
+    let redis_pid = server.as_ref().and_then(RedisServer::pid);
+    let usage = Usage::now(redis_pid);
     let rt = runtime(opts.threads)?;
     let workers = opts
         .threads
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
-    let load = std::fs::read_to_string("/proc/loadavg")
-        .ok()
-        .and_then(|l| l.split_whitespace().next().map(str::to_owned))
-        .unwrap_or_else(|| "?".into());
+    let load = load_average();
     let setup = format!(
         "{redis_text}; bench {} with {workers} tokio worker(s); machine has {machine_cpus} CPUs, load average {load} at start; window {:.1} s after {:.1} s warm-up{}",
         cpus_text(opts.bench_cpu),
@@ -148,7 +150,10 @@ fn run(opts: Options) -> BenchResult<ExitCode> {
         if !opts.workloads.contains(&workload) {
             continue;
         }
-        eprintln!("lock-bench: running {workload:?}");
+        eprintln!(
+            "lock-bench: running {workload:?} (load average {})",
+            load_average()
+        );
         // (lib, workload, result) of each measurement.
         let results: Vec<(&str, String, BenchResult<Measurement>)> = match workload {
             Workload::Ref => vec![
@@ -157,7 +162,8 @@ fn run(opts: Options) -> BenchResult<ExitCode> {
             ],
             Workload::W1 => vec![("lock-core", "W1".into(), rt.block_on(w1::run(&ctx)))],
             Workload::W2 => vec![("lock-core", "W2".into(), rt.block_on(w2::run(&ctx)))],
-            Workload::W3 => vec![("lock-core", "W3".into(), w3::run(&ctx, &rt))],
+            Workload::W3 => vec![("lock-core", "W3".into(), w3::run(&ctx, &rt, w3::W3))],
+            Workload::W3np => vec![("lock-core", "W3NP".into(), w3::run(&ctx, &rt, w3::W3NP))],
             Workload::Wd => opts
                 .wd_counts
                 .iter()
@@ -197,6 +203,16 @@ fn run(opts: Options) -> BenchResult<ExitCode> {
         }
     }
     rt.shutdown_timeout(Duration::from_secs(5));
+    // The benchmark itself keeps up to two CPUs busy, so its own load
+    // average is about 2; the CPU time of other processes tells whether
+    // someone else's work shared the machine during the run.
+    let others = usage
+        .others_pct_since(redis_pid)
+        .map_or("?".into(), |p| format!("{p:.0}"));
+    let setup = format!(
+        "{setup}; load average {} at end; other processes used {others} % of one CPU during the run",
+        load_average()
+    );
     eprint!("{}", report::summary(&all, &setup));
     drop(server);
     Ok(if failures == 0 {

@@ -5,9 +5,12 @@ use std::io::Write;
 
 use serde_json::json;
 
-/// The fields every JSON line carries (the list, in its order).
+use crate::stats::ByProcess;
+
+/// The fields every JSON line carries: the list, in its order, with
+/// the per-process fairness figures of W3 and W3NP before the notes.
 #[cfg(test)]
-pub(crate) const FIELDS: [&str; 11] = [
+pub(crate) const FIELDS: [&str; 16] = [
     "lib",
     "workload",
     "cycles_per_s",
@@ -18,8 +21,17 @@ pub(crate) const FIELDS: [&str; 11] = [
     "handoff_pct",
     "violations",
     "counter_ok",
+    "jain_process",
+    "process_sections",
+    "min_process_share_pct",
+    "longest_process_run",
+    "cross_process_pct",
     "notes",
 ];
+
+/// "No process starved" in W3NP: every process got at least this share of
+/// the measured sections, in percent (the fairness suite's bound).
+pub(crate) const MIN_PROCESS_SHARE_PCT: f64 = 15.0;
 
 /// One measurement; `None` prints as `null` (not applicable).
 #[derive(Clone, Debug, Default)]
@@ -35,6 +47,8 @@ pub(crate) struct Measurement {
     pub(crate) handoff_pct: Option<f64>,
     pub(crate) violations: Option<u64>,
     pub(crate) counter_ok: Option<bool>,
+    /// W3, W3NP: fairness between the processes (sections in INCR order).
+    pub(crate) by_process: Option<ByProcess>,
     pub(crate) notes: String,
     /// Figures for the summary that have no JSON field of their own.
     pub(crate) extra: Extra,
@@ -82,6 +96,7 @@ impl Measurement {
 
     /// The JSON line (without newline).
     pub(crate) fn to_json(&self) -> String {
+        let p = self.by_process.as_ref();
         json!({
             "lib": self.lib,
             "workload": self.workload,
@@ -93,6 +108,11 @@ impl Measurement {
             "handoff_pct": round(self.handoff_pct, 2),
             "violations": self.violations,
             "counter_ok": self.counter_ok,
+            "jain_process": round(p.and_then(|p| p.jain), 4),
+            "process_sections": p.map(|p| &p.sections),
+            "min_process_share_pct": round(p.and_then(|p| p.min_share_pct), 2),
+            "longest_process_run": p.map(|p| p.longest_run),
+            "cross_process_pct": round(p.and_then(|p| p.cross_pct), 2),
             "notes": self.notes,
         })
         .to_string()
@@ -150,7 +170,9 @@ pub(crate) fn summary(all: &[Measurement], setup: &str) -> String {
         }
     }
 
-    for (workload, target) in [("W2", 1.0), ("W3", 0.9)] {
+    // (workload, target of the ratio to L-serial and of Jain's index): W3NP
+    // has one target, "no process starved".
+    for (workload, target) in [("W2", Some(1.0)), ("W3", Some(0.9)), ("W3NP", None)] {
         let Some(m) = find(all, "lock-core", workload) else {
             continue;
         };
@@ -159,21 +181,40 @@ pub(crate) fn summary(all: &[Measurement], setup: &str) -> String {
             continue;
         };
         let ratio = l_serial.filter(|r| *r > 0.0).map(|r| rate / r);
-        let ratio_text = match (ratio, l_serial) {
-            (Some(x), Some(r)) => format!(
+        let ratio_text = match (ratio, l_serial, target) {
+            (Some(x), Some(r), Some(target)) => format!(
                 "L-serial {r:>7.0}  ratio {x:.3}  (target >= {target}: {})",
                 verdict(x >= target)
             ),
+            (Some(x), Some(r), None) => format!("L-serial {r:>7.0}  ratio {x:.3}  (no target)"),
             _ => "(no L-serial in this run: run REF too)".into(),
         };
         line(format!(
             "{workload}  lock-core {rate:>9.0} cycles/s  {ratio_text}"
         ));
-        if let Some(j) = m.jain {
-            line(format!(
-                "      Jain {j:.4} (target >= 0.99: {})",
-                verdict(j >= 0.99)
-            ));
+        let jain_text = |j: f64| match target {
+            Some(_) => format!("{j:.4} (target >= 0.99: {})", verdict(j >= 0.99)),
+            None => format!("{j:.4}"),
+        };
+        match (m.jain, &m.by_process) {
+            (Some(j), None) => line(format!("      Jain {}", jain_text(j))),
+            (j, Some(p)) => {
+                let show = |j: Option<f64>| j.map_or("-".into(), jain_text);
+                line(format!(
+                    "      Jain per task {}, per process {}",
+                    show(j),
+                    show(p.jain)
+                ));
+                line(process_line(p));
+                if target.is_none() {
+                    let min = p.min_share_pct.unwrap_or(0.0);
+                    line(format!(
+                        "      no process starved: min share {min:.1} % of sections (target >= {MIN_PROCESS_SHARE_PCT:.0} % for every process: {})",
+                        verdict(p.min_share_pct.is_some_and(|x| x >= MIN_PROCESS_SHARE_PCT))
+                    ));
+                }
+            }
+            (None, None) => {}
         }
         if let Some(max_ms) = m.max_wait_ms {
             let lock_cycle_us = 1e6 / rate;
@@ -231,6 +272,20 @@ pub(crate) fn summary(all: &[Measurement], setup: &str) -> String {
     s
 }
 
+/// The per-process line of W3 and W3NP: sections, longest run, crossings.
+fn process_line(p: &ByProcess) -> String {
+    let sections: Vec<String> = p.sections.iter().map(u64::to_string).collect();
+    format!(
+        "      processes: sections [{}], min share {}; longest run of one process {} section{}; cross-process hand-overs {} of {}",
+        sections.join(", "),
+        p.min_share_pct.map_or("-".into(), |x| format!("{x:.1} %")),
+        p.longest_run,
+        if p.longest_run == 1 { "" } else { "s" },
+        p.cross_pct.map_or("-".into(), |x| format!("{x:.1} %")),
+        p.handovers
+    )
+}
+
 /// The LAYER line: lock-tower's layer against the same lock taken by hand.
 fn layer_summary(all: &[Measurement]) -> Option<String> {
     let layer = find(all, "lock-tower", "LAYER")?;
@@ -279,6 +334,36 @@ mod tests {
         }
         assert_eq!(v["cycles_per_s"], json!(1234.6));
         assert!(v["jain"].is_null());
+        assert!(v["process_sections"].is_null() && v["cross_process_pct"].is_null());
+    }
+
+    #[test]
+    fn process_figures_go_to_their_json_fields() {
+        let m = Measurement {
+            lib: "lock-core".into(),
+            workload: "W3".into(),
+            by_process: Some(ByProcess {
+                sections: vec![3, 1],
+                jain: Some(0.8),
+                min_share_pct: Some(25.0),
+                longest_run: 2,
+                handovers: 3,
+                cross_pct: Some(200.0 / 3.0),
+            }),
+            ..Default::default()
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&m.to_json()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(v["process_sections"], json!([3, 1]));
+        assert_eq!(v["jain_process"], json!(0.8));
+        assert_eq!(v["min_process_share_pct"], json!(25.0));
+        assert_eq!(v["longest_process_run"], json!(2));
+        assert_eq!(v["cross_process_pct"], json!(66.67));
+        let keys: Vec<&str> = v
+            .as_object()
+            .map(|o| o.keys().map(String::as_str).collect())
+            .unwrap_or_default();
+        assert_eq!(keys, FIELDS.to_vec(), "fields in the documented order");
     }
 
     #[test]
@@ -313,6 +398,67 @@ mod tests {
             !s.contains("LAYER"),
             "no LAYER line without LAYER figures: {s}"
         );
+    }
+
+    #[test]
+    fn w3_lines_show_process_fairness_and_w3np_the_starvation_target() {
+        let by_process = |sections: Vec<u64>, min: f64| ByProcess {
+            jain: crate::stats::jain(&sections),
+            sections,
+            min_share_pct: Some(min),
+            longest_run: 9,
+            handovers: 399,
+            cross_pct: Some(26.5),
+        };
+        let all = vec![
+            Measurement {
+                lib: "L-serial".into(),
+                workload: "W2".into(),
+                cycles_per_s: Some(2000.0),
+                ..Default::default()
+            },
+            Measurement {
+                lib: "lock-core".into(),
+                workload: "W3".into(),
+                cycles_per_s: Some(2400.0),
+                jain: Some(0.995),
+                by_process: Some(by_process(vec![100, 100, 100, 100], 25.0)),
+                ..Default::default()
+            },
+            Measurement {
+                lib: "lock-core".into(),
+                workload: "W3NP".into(),
+                cycles_per_s: Some(2400.0),
+                jain: Some(0.5),
+                by_process: Some(by_process(vec![190, 190, 10, 10], 2.5)),
+                ..Default::default()
+            },
+        ];
+        let s = summary(&all, "test");
+        assert!(s.contains("W3  lock-core      2400 cycles/s  L-serial    2000  ratio 1.200  (target >= 0.9: met)"), "{s}");
+        assert!(
+            s.contains("Jain per task 0.9950 (target >= 0.99: met), per process 1.0000 (target >= 0.99: met)"),
+            "{s}"
+        );
+        assert!(
+            s.contains("sections [100, 100, 100, 100], min share 25.0 %; longest run of one process 9 sections; cross-process hand-overs 26.5 % of 399"),
+            "{s}"
+        );
+        assert!(
+            s.contains(
+                "W3NP  lock-core      2400 cycles/s  L-serial    2000  ratio 1.200  (no target)"
+            ),
+            "{s}"
+        );
+        assert!(
+            s.contains("Jain per task 0.5000, per process 0.5525\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains("no process starved: min share 2.5 % of sections (target >= 15 % for every process: MISSED)"),
+            "{s}"
+        );
+        assert_eq!(s.matches("no process starved").count(), 1, "only W3NP: {s}");
     }
 
     #[test]

@@ -182,6 +182,78 @@ pub(crate) fn contended(mut cycles: Vec<Cycle>, tasks: usize, window: &Window) -
     }
 }
 
+/// Fairness between the processes of a cross-process workload (W3,
+/// W3NP), from the cycles in counter (INCR) order: figures that a fair
+/// Jain's index over per-task totals cannot hide starvation behind.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub(crate) struct ByProcess {
+    /// Measured sections of each process.
+    pub(crate) sections: Vec<u64>,
+    /// Jain's index over [`ByProcess::sections`].
+    pub(crate) jain: Option<f64>,
+    /// Smallest share of the measured sections that one process got, in percent.
+    pub(crate) min_share_pct: Option<f64>,
+    /// Longest run of consecutive sections (in counter order) by one process,
+    /// counted at measured sections (a run that began in the warm-up counts
+    /// whole).
+    pub(crate) longest_run: u64,
+    /// Hand-overs into measured sections: pairs of consecutive sections in
+    /// counter order whose second section is measured.
+    pub(crate) handovers: u64,
+    /// Share of [`ByProcess::handovers`] whose two sections belong to
+    /// different processes, in percent.
+    pub(crate) cross_pct: Option<f64>,
+}
+
+/// Per-process figures of a contended run with `processes` processes of
+/// `per_process` tasks each (task `t` belongs to process `t / per_process`);
+/// `cycles` in any order.
+pub(crate) fn by_process(
+    cycles: &[Cycle],
+    processes: usize,
+    per_process: usize,
+    window: &Window,
+) -> ByProcess {
+    let mut order: Vec<&Cycle> = cycles.iter().collect();
+    order.sort_by_key(|c| c.seq);
+    let per_process = per_process.max(1);
+    let mut sections = vec![0u64; processes];
+    let (mut run, mut longest_run) = (0u64, 0u64);
+    let (mut handovers, mut cross) = (0u64, 0u64);
+    let mut previous: Option<usize> = None;
+    for c in order {
+        let process = c.task / per_process;
+        run = if previous == Some(process) {
+            run + 1
+        } else {
+            1
+        };
+        if window.contains(c.end) {
+            if let Some(n) = sections.get_mut(process) {
+                *n += 1;
+            }
+            longest_run = longest_run.max(run);
+            if let Some(p) = previous {
+                handovers += 1;
+                if p != process {
+                    cross += 1;
+                }
+            }
+        }
+        previous = Some(process);
+    }
+    let total: u64 = sections.iter().sum();
+    ByProcess {
+        jain: jain(&sections),
+        min_share_pct: (total > 0)
+            .then(|| sections.iter().copied().min().unwrap_or(0) as f64 * 100.0 / total as f64),
+        longest_run,
+        handovers,
+        cross_pct: (handovers > 0).then(|| cross as f64 * 100.0 / handovers as f64),
+        sections,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -276,5 +348,58 @@ mod tests {
             c.seq_ok,
             "warm-up and tail cycles still count for the counter"
         );
+    }
+
+    #[test]
+    fn runs_and_cross_process_handovers_follow_counter_order() {
+        // Two processes of two tasks (tasks 0, 1 → process 0; 2, 3 → process 1).
+        // Processes in counter order: 0 0 0 1 0 1 1 → runs 3, 1, 1, 2;
+        // hand-overs 6, of which 3 cross processes.
+        let tasks = [0, 1, 0, 2, 1, 3, 2];
+        let cycles: Vec<Cycle> = tasks
+            .iter()
+            .enumerate()
+            .rev()
+            .map(|(i, &t)| cycle(t, i as u64 + 1, 10 * i as u64 + 10, 10 * i as u64 + 15))
+            .collect();
+        let p = by_process(&cycles, 2, 2, &window());
+        assert_eq!(p.sections, vec![4, 3]);
+        assert_eq!(p.longest_run, 3);
+        assert_eq!(p.handovers, 6);
+        assert_eq!(p.cross_pct, Some(50.0));
+        assert_eq!(p.min_share_pct, Some(300.0 / 7.0));
+        assert_eq!(p.jain, jain(&[4, 3]));
+    }
+
+    #[test]
+    fn a_starved_process_shows_in_share_and_runs_but_not_in_task_jain_alone() {
+        // One task per process; process 2 never gets the lock.
+        let cycles: Vec<Cycle> = (0..8)
+            .map(|i| cycle(i % 2, i as u64 + 1, 10 * i as u64 + 10, 10 * i as u64 + 15))
+            .collect();
+        let p = by_process(&cycles, 3, 1, &window());
+        assert_eq!(p.sections, vec![4, 4, 0]);
+        assert_eq!(p.min_share_pct, Some(0.0));
+        assert_eq!(p.longest_run, 1);
+        assert_eq!(p.cross_pct, Some(100.0));
+    }
+
+    #[test]
+    fn a_run_that_began_in_the_warm_up_counts_whole() {
+        let w = Window {
+            start: 0,
+            from: 30,
+            to: 1000,
+        };
+        // Process 0 (task 0) holds sections 1..=4, ending at 16, 26, 36, 46.
+        let cycles: Vec<Cycle> = (0..4)
+            .map(|i| cycle(0, i + 1, 10 * i + 10, 10 * i + 15))
+            .chain([cycle(1, 5, 60, 65)])
+            .collect();
+        let p = by_process(&cycles, 2, 1, &w);
+        assert_eq!(p.sections, vec![2, 1]);
+        assert_eq!(p.longest_run, 4);
+        assert_eq!(p.handovers, 3);
+        assert_eq!(p.cross_pct, Some(100.0 / 3.0));
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const FIELDS: [&str; 11] = [
+const FIELDS: [&str; 16] = [
     "lib",
     "workload",
     "cycles_per_s",
@@ -20,7 +20,21 @@ const FIELDS: [&str; 11] = [
     "handoff_pct",
     "violations",
     "counter_ok",
+    "jain_process",
+    "process_sections",
+    "min_process_share_pct",
+    "longest_process_run",
+    "cross_process_pct",
     "notes",
+];
+
+/// The per-process fairness fields: numbers on W3 and W3NP, null elsewhere.
+const PROCESS_FIELDS: [&str; 5] = [
+    "jain_process",
+    "process_sections",
+    "min_process_share_pct",
+    "longest_process_run",
+    "cross_process_pct",
 ];
 
 /// Far above the smoke run's own length (a few seconds), for loaded CI machines.
@@ -90,6 +104,11 @@ fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
             assert!(obj.contains_key(f), "field {f} missing in {v}");
         }
         assert_eq!(obj.len(), FIELDS.len(), "unexpected fields in {v}");
+        if !matches!(v["workload"].as_str(), Some("W3" | "W3NP")) {
+            for f in PROCESS_FIELDS {
+                assert!(obj[f].is_null(), "{f} only on W3 and W3NP: {v}");
+            }
+        }
     }
     let find = |lib: &str, workload: &str| {
         lines
@@ -105,7 +124,7 @@ fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
     }
     assert_eq!(find("L-serial", "W2")["counter_ok"], true);
 
-    for workload in ["W2", "W3"] {
+    for workload in ["W2", "W3", "W3NP"] {
         let v = find("lock-core", workload);
         assert_eq!(v["counter_ok"], true, "{v}");
         assert_eq!(v["violations"], 0, "{v}");
@@ -113,6 +132,45 @@ fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
         assert!(v["jain"].is_number() && v["handoff_pct"].is_number(), "{v}");
         assert!(v["max_wait_ms"].is_number(), "{v}");
     }
+    for workload in ["W3", "W3NP"] {
+        let v = find("lock-core", workload);
+        let sections: Vec<u64> = v["process_sections"]
+            .as_array()
+            .unwrap_or_else(|| panic!("process_sections is not an array: {v}"))
+            .iter()
+            .map(|n| n.as_u64().unwrap_or_else(|| panic!("not a count: {v}")))
+            .collect();
+        assert_eq!(
+            sections.len(),
+            4,
+            "one count per process (--processes 4): {v}"
+        );
+        assert!(sections.iter().sum::<u64>() > 0, "{v}");
+        let share = v["min_process_share_pct"].as_f64();
+        assert!(share.is_some_and(|s| (0.0..=25.0).contains(&s)), "{v}");
+        assert!(
+            v["jain_process"]
+                .as_f64()
+                .is_some_and(|j| j > 0.0 && j <= 1.0),
+            "{v}"
+        );
+        assert!(
+            v["longest_process_run"].as_u64().is_some_and(|n| n >= 1),
+            "{v}"
+        );
+        let cross = v["cross_process_pct"].as_f64();
+        assert!(cross.is_some_and(|c| (0.0..=100.0).contains(&c)), "{v}");
+        assert!(
+            err.contains(&format!("{workload}  lock-core"))
+                && err.contains("longest run of one process"),
+            "the summary must show the process figures of {workload}:\n{err}"
+        );
+    }
+    assert!(
+        err.contains("no process starved: min share")
+            && err.contains("target >= 15 % for every process"),
+        "the summary must judge W3NP's minimum process share:\n{err}"
+    );
 
     let wd = find("lock-core", "WD");
     let notes = wd["notes"].as_str().unwrap_or_default();

@@ -97,7 +97,7 @@ pub(crate) fn uncontended(
     }
 }
 
-/// The figures of a contended loop (W2, W3): p50/p99/max are acquire
+/// The figures of a contended loop (W2, W3, W3NP): p50/p99/max are acquire
 /// waits; the cycle latency and the lock-level cycle time go to the notes.
 pub(crate) fn contended(
     workload: &str,
@@ -121,6 +121,7 @@ pub(crate) fn contended(
         handoff_pct: c.handoff_pct,
         violations: Some(violations),
         counter_ok: Some(counter_ok),
+        by_process: None,
         notes: format!(
             "{notes}; p50/p99/max = acquire wait; cycle latency p50 {} us, p99 {} us; lock-level cycle time 1/cycles_per_s {} us; measured cycles {}; hand-offs in counter (INCR) order",
             fmt(cycle_p50),

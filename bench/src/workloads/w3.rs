@@ -15,6 +15,21 @@
 //! earlier one ended (before its release was sent) — sound because the
 //! processes share one clock. The critical section stays one INCR, exactly
 //! as in W2 and L-serial, so the three rates compare like with like.
+//!
+//! Fairness between processes, from the same order: each process's share
+//! of the sections and Jain's index over them, the longest run of
+//! consecutive sections by one process, and the share of hand-overs
+//! (consecutive sections) that cross processes. Jain's index over per-task
+//! totals alone would hide a process that waits through long runs of the
+//! others as long as it catches up in bulk.
+//!
+//! W3NP is the same loop with one task per process (the fairness suite's
+//! "four processes looping without pause"). No task in either variant pauses
+//! between iterations, but in W3 a task that releases queues behind its
+//! process's other tasks, so a process's head asks Redis again only after a
+//! streak of local hand-offs; in W3NP nothing else of the process waits, and
+//! the one task asks again the moment its release returns, racing the
+//! processes that were told of the unlock.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -42,9 +57,34 @@ const REPORT_GRACE: Duration = Duration::from_secs(30);
 /// How long a child may take to exit after its report.
 const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The lock and counter names shared by the parent and the children.
-const LOCK: &str = "w3";
-const COUNTER: &str = "w3:counter";
+/// A cross-process workload: its name, its lock (the counter is
+/// `<lock>:counter`) and its tasks per process.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Variant {
+    name: &'static str,
+    lock: &'static str,
+    /// `None`: `--tasks / --processes` (at least 1).
+    tasks_per_process: Option<usize>,
+}
+
+/// W3: `--processes` processes of `--tasks / --processes` tasks.
+pub(crate) const W3: Variant = Variant {
+    name: "W3",
+    lock: "w3",
+    tasks_per_process: None,
+};
+
+/// W3NP: `--processes` processes of one task each.
+pub(crate) const W3NP: Variant = Variant {
+    name: "W3NP",
+    lock: "w3np",
+    tasks_per_process: Some(1),
+};
+
+/// The counter a variant's sections increment (without the run's prefix).
+fn counter_name(lock: &str) -> String {
+    format!("{lock}:counter")
+}
 
 /// Child processes that are killed and reaped if the parent gives up early.
 struct Children {
@@ -65,12 +105,18 @@ impl Drop for Children {
 /// A line from child `k`'s stdout, or its end.
 type Line = (usize, Option<String>);
 
-fn spawn_children(ctx: &Ctx, per_proc: usize, tx: &mpsc::Sender<Line>) -> BenchResult<Children> {
+fn spawn_children(
+    ctx: &Ctx,
+    variant: Variant,
+    per_proc: usize,
+    tx: &mpsc::Sender<Line>,
+) -> BenchResult<Children> {
     let exe = std::env::current_exe()?;
     let mut children = Children { procs: Vec::new() };
     for k in 0..ctx.opts.processes {
         let mut cmd = Command::new(&exe);
         cmd.args(["--child", "w3", "--url", &ctx.url, "--prefix", &ctx.prefix])
+            .args(["--lock", variant.lock])
             .args(["--proc", &k.to_string(), "--tasks", &per_proc.to_string()]);
         if let Some(t) = ctx.opts.threads {
             cmd.args(["--threads", &t.to_string()]);
@@ -107,6 +153,7 @@ fn collect(
     rx: &mpsc::Receiver<Line>,
     n: usize,
     deadline: Instant,
+    workload: &str,
     what: &str,
     mut accept: impl FnMut(usize, String) -> BenchResult<bool>,
 ) -> BenchResult<()> {
@@ -122,10 +169,10 @@ fn collect(
                 }
             }
             Ok((k, None)) if !done.get(k).copied().unwrap_or(true) => {
-                return Err(format!("W3 child {k} ended before its {what}").into())
+                return Err(format!("{workload} child {k} ended before its {what}").into())
             }
             Ok((_, None)) => {}
-            Err(_) => return Err(format!("W3 children: no {what} in time").into()),
+            Err(_) => return Err(format!("{workload} children: no {what} in time").into()),
         }
     }
     Ok(())
@@ -153,10 +200,13 @@ fn parse_report(v: &Value, start: u64, cycles: &mut Vec<Cycle>) -> BenchResult<O
 }
 
 /// The parent side: starts the children, synchronises them, aggregates.
-pub(crate) fn run(ctx: &Ctx, rt: &Runtime) -> BenchResult<Measurement> {
+pub(crate) fn run(ctx: &Ctx, rt: &Runtime, variant: Variant) -> BenchResult<Measurement> {
     let processes = ctx.opts.processes;
-    let per_proc = (ctx.opts.tasks / processes).max(1);
-    let counter = ctx.key(COUNTER);
+    let per_proc = variant
+        .tasks_per_process
+        .unwrap_or(ctx.opts.tasks / processes)
+        .max(1);
+    let counter = ctx.key(&counter_name(variant.lock));
     let mut conn = rt.block_on(redis_util::connect(&ctx.url))?;
     rt.block_on(async {
         redis::cmd("DEL")
@@ -166,12 +216,13 @@ pub(crate) fn run(ctx: &Ctx, rt: &Runtime) -> BenchResult<Measurement> {
     })?;
 
     let (tx, rx) = mpsc::channel();
-    let mut children = spawn_children(ctx, per_proc, &tx)?;
+    let mut children = spawn_children(ctx, variant, per_proc, &tx)?;
     drop(tx);
     collect(
         &rx,
         processes,
         Instant::now() + READY_TIMEOUT,
+        variant.name,
         "ready",
         |_, l| Ok(l == "ready"),
     )?;
@@ -192,15 +243,22 @@ pub(crate) fn run(ctx: &Ctx, rt: &Runtime) -> BenchResult<Measurement> {
         + REPORT_GRACE;
     let mut cycles = Vec::new();
     let mut errors = Vec::new();
-    collect(&rx, processes, deadline, "report", |k, line| {
-        let Ok(v) = serde_json::from_str::<Value>(&line) else {
-            return Ok(false);
-        };
-        if let Some(e) = parse_report(&v, start, &mut cycles)? {
-            errors.push(format!("child {k}: {e}"));
-        }
-        Ok(true)
-    })?;
+    collect(
+        &rx,
+        processes,
+        deadline,
+        variant.name,
+        "report",
+        |k, line| {
+            let Ok(v) = serde_json::from_str::<Value>(&line) else {
+                return Ok(false);
+            };
+            if let Some(e) = parse_report(&v, start, &mut cycles)? {
+                errors.push(format!("child {k}: {e}"));
+            }
+            Ok(true)
+        },
+    )?;
     for (child, stdin) in &mut children.procs {
         drop(stdin.take());
         let until = Instant::now() + EXIT_TIMEOUT;
@@ -213,25 +271,34 @@ pub(crate) fn run(ctx: &Ctx, rt: &Runtime) -> BenchResult<Measurement> {
     let total: Option<u64> =
         rt.block_on(async { redis::cmd("GET").arg(&counter).query_async(&mut conn).await })?;
     let completed = cycles.len() as u64;
+    let by_process = stats::by_process(&cycles, processes, per_proc, &window);
     let c = stats::contended(cycles, processes * per_proc, &window);
     let counter_ok = errors.is_empty() && c.seq_ok && total == Some(completed);
+    let shape = if variant.tasks_per_process == Some(1) {
+        format!("{processes} processes x 1 task on one key, each asking again as soon as its release returns (no pause, no local queue)")
+    } else {
+        format!("{processes} processes x {per_proc} tasks on one key")
+    };
     let mut notes = format!(
-        "{processes} processes x {per_proc} tasks on one key, lease 10 s; violations = critical sections overlapping in counter order (one clock for all processes); counter {} of {completed} cycles",
-        total.unwrap_or(0)
+        "{shape}, lease 10 s; violations = critical sections overlapping in counter order (one clock for all processes); counter {} of {completed} cycles; per process (INCR order): jain_process over process_sections, longest_process_run = most consecutive sections by one process, cross_process_pct = hand-overs between processes / {} hand-overs",
+        total.unwrap_or(0),
+        by_process.handovers
     );
     if !errors.is_empty() {
         notes.push_str(&format!("; {} failure(s): {}", errors.len(), errors[0]));
     }
-    Ok(contended("W3", &c, c.overlaps, counter_ok, &notes))
+    let mut m = contended(variant.name, &c, c.overlaps, counter_ok, &notes);
+    m.by_process = Some(by_process);
+    Ok(m)
 }
 
 /// The child side (`--child w3`): connect, say `ready`, wait for `go`, run
 /// the loop until the window ends, print the report.
 pub(crate) fn child(opts: &ChildOptions, rt: &Runtime) -> BenchResult<()> {
     let client = rt.block_on(lock_client(&opts.url, &opts.prefix, None))?;
-    let lock = client.lock(LOCK)?;
+    let lock = client.lock(&opts.lock)?;
     let conn = rt.block_on(redis_util::connect(&opts.url))?;
-    let counter = format!("{}{COUNTER}", opts.prefix);
+    let counter = format!("{}{}", opts.prefix, counter_name(&opts.lock));
     println!("ready");
     std::io::stdout().flush()?;
 
