@@ -4,7 +4,7 @@
 # Cargo.lock pins for the published crates: their normal and build
 # dependencies, transitively, for every target platform, with every feature
 # on (`tls` pulls in rustls).
-# Dev-dependencies, and the unpublished members (lock-tests, lock-examples,
+# Dev-dependencies, and the unpublished members (lock-examples,
 # lock-bench) with theirs, are not in the set: a user of the published
 # crates never builds them. Run by scripts/test.sh; needs python3.
 set -euo pipefail

@@ -25,7 +25,7 @@ cargo clippy -p lock-core --features tls --locked -- -D warnings
 cargo clippy -p lock-examples --no-default-features --bins --locked -- -D warnings
 echo "== rust-version and packaging files" >&2
 bash scripts/check-msrv.sh
-for crate in lock-core lock-macros lock-tower lockctl; do
+for crate in lock-core lock-macros lock-tower lockctl tests; do
   for file in LICENSE-MIT LICENSE-APACHE; do
     cmp -s "$file" "$crate/$file" || { echo "error: $crate/$file differs from $file (copy it again)" >&2; exit 1; }
   done
