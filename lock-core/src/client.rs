@@ -28,6 +28,10 @@ const RELEASE_RETRY_WINDOW_FACTOR: u32 = 3;
 const STEP_BACK_MIN: Duration = Duration::from_millis(1);
 const STEP_BACK_MAX: Duration = Duration::from_millis(50);
 
+/// Bounds of the turn window (see `Core::turn_window`).
+const TURN_WINDOW_MIN: Duration = Duration::from_millis(20);
+const TURN_WINDOW_MAX: Duration = Duration::from_millis(500);
+
 /// What background tasks need; holds no reference to the client itself, so
 /// the tasks end when the last client handle and guard are gone.
 pub(crate) struct Core {
@@ -322,6 +326,24 @@ impl Core {
         (rtt * 8).clamp(STEP_BACK_MIN, STEP_BACK_MAX)
     }
 
+    /// How long the next waiting client's turn is kept for it after a
+    /// release: long enough for its unlock message, its pause and its
+    /// request (a few round trips), short enough that a client that died
+    /// while waiting costs little.
+    fn turn_window(&self) -> Duration {
+        let rtt = Duration::from_micros(self.rtt_us.load(Ordering::Relaxed));
+        (rtt * 8).clamp(TURN_WINDOW_MIN, TURN_WINDOW_MAX)
+    }
+
+    /// This client no longer waits for the lock: it leaves the set of
+    /// waiting clients (its place would otherwise be given a turn nobody
+    /// takes).
+    pub(crate) async fn stop_waiting(&self, keys: &LockKeys) -> Result<bool> {
+        let mut cmd = redis::cmd("ZREM");
+        cmd.arg(keys.queue.as_str()).arg(&*self.client_id);
+        self.run_cmd(&cmd).await.map(|v| v == Value::Int(1))
+    }
+
     /// A random pause between zero and two acquire round trips.
     pub(crate) fn race_jitter(&self) -> Duration {
         let rtt_us = self.rtt_us.load(Ordering::Relaxed);
@@ -350,8 +372,21 @@ impl Core {
     ) -> Result<ReleaseOutcome> {
         let (latch, latch_ms) = self.latch(keys);
         let cmd = self.scripts.release.evalsha(
-            &[keys.lock.as_str(), keys.channel.as_str(), latch.as_str()],
-            (owner, lease_ms, crate::keys::UNLOCK_MESSAGE, latch_ms),
+            &[
+                keys.lock.as_str(),
+                keys.channel.as_str(),
+                latch.as_str(),
+                keys.queue.as_str(),
+                keys.turn.as_str(),
+            ],
+            (
+                owner,
+                lease_ms,
+                crate::keys::UNLOCK_MESSAGE,
+                latch_ms,
+                &*self.client_id,
+                duration_ms(self.turn_window()),
+            ),
         );
         let retried = std::sync::atomic::AtomicBool::new(false);
         let reply = self
@@ -500,6 +535,8 @@ pub(crate) enum ReleaseJob {
         owner: Arc<str>,
         lease_ms: u64,
     },
+    /// Leave the set of clients waiting for the lock.
+    StopWaiting { keys: Arc<LockKeys> },
     /// Cancel an acquisition of the hold `owner` whose outcome is unknown.
     Cancel {
         keys: Arc<LockKeys>,
@@ -514,7 +551,9 @@ pub(crate) enum ReleaseJob {
 impl ReleaseJob {
     fn keys(&self) -> &LockKeys {
         match self {
-            ReleaseJob::Release { keys, .. } | ReleaseJob::Cancel { keys, .. } => keys,
+            ReleaseJob::Release { keys, .. }
+            | ReleaseJob::Cancel { keys, .. }
+            | ReleaseJob::StopWaiting { keys } => keys,
         }
     }
 }
@@ -739,6 +778,7 @@ async fn release_worker(core: Arc<Core>, mut jobs: mpsc::UnboundedReceiver<Relea
                     latch,
                     lease_ms,
                 } => core.cancel(keys, owner, *mode, latch, *lease_ms).await,
+                ReleaseJob::StopWaiting { keys } => core.stop_waiting(keys).await,
             };
             match outcome {
                 Ok(done) => {

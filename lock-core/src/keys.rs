@@ -10,6 +10,11 @@ pub(crate) const UNLOCK_MESSAGE: &str = "0";
 const CHANNEL_KIND: &str = "redisson_lock__channel";
 const TOKEN_KIND: &str = "redisson_lock_token";
 const LATCH_KIND: &str = "redisson_unlock_latch";
+/// lock-core's own helper names (Redisson has no counterpart; a Redisson
+/// client neither reads nor writes them): the clients waiting for the lock,
+/// and the client whose turn it is.
+const QUEUE_KIND: &str = "lockcore_waiters";
+const TURN_KIND: &str = "lockcore_turn";
 
 /// Redisson's naming rule for the helper names of an object called `key`
 /// (`RedissonObject.prefixName`): `<kind>:{<key>}`, or `<kind>:<key>` when
@@ -27,10 +32,12 @@ fn prefixed(kind: &str, key: &str) -> String {
 /// be a lock's own key, or a lock named like another lock's fencing counter
 /// could reset it (tokens would go backwards).
 fn is_helper_name(key: &str) -> bool {
-    [CHANNEL_KIND, TOKEN_KIND, LATCH_KIND].iter().any(|kind| {
-        key.strip_prefix(kind)
-            .is_some_and(|rest| rest.starts_with(':'))
-    })
+    [CHANNEL_KIND, TOKEN_KIND, LATCH_KIND, QUEUE_KIND, TURN_KIND]
+        .iter()
+        .any(|kind| {
+            key.strip_prefix(kind)
+                .is_some_and(|rest| rest.starts_with(':'))
+        })
 }
 
 /// The Redis names that belong to one lock.
@@ -46,6 +53,12 @@ pub(crate) struct LockKeys {
     pub(crate) token: String,
     /// `redisson_unlock_latch:{<lock>}:`: prefix of per-request latch keys (same rule).
     latch_prefix: String,
+    /// `lockcore_waiters:{<lock>}`: a sorted set of the clients waiting for
+    /// the lock, by the time they began to wait (same rule).
+    pub(crate) queue: String,
+    /// `lockcore_turn:{<lock>}`: the client whose turn it is, for a moment
+    /// after a release (same rule).
+    pub(crate) turn: String,
 }
 
 impl LockKeys {
@@ -58,6 +71,8 @@ impl LockKeys {
             channel: prefixed(CHANNEL_KIND, &lock),
             token: prefixed(TOKEN_KIND, &lock),
             latch_prefix: format!("{}:", prefixed(LATCH_KIND, &lock)),
+            queue: prefixed(QUEUE_KIND, &lock),
+            turn: prefixed(TURN_KIND, &lock),
             lock,
         })
     }
@@ -93,7 +108,8 @@ fn validate_name(prefix: &str, name: &str, max_len: usize) -> Result<()> {
     if is_helper_name(&format!("{prefix}{name}")) {
         return Err(Error::InvalidName {
             reason: "name is reserved: keys starting with redisson_lock__channel:, \
-                     redisson_lock_token: or redisson_unlock_latch: belong to other locks"
+                     redisson_lock_token:, redisson_unlock_latch:, lockcore_waiters: or \
+                     lockcore_turn: belong to other locks"
                 .into(),
         });
     }
@@ -111,6 +127,8 @@ mod tests {
         assert_eq!(k.channel, "redisson_lock__channel:{app:stock:42}");
         assert_eq!(k.token, "redisson_lock_token:{app:stock:42}");
         assert_eq!(k.latch("r1"), "redisson_unlock_latch:{app:stock:42}:r1");
+        assert_eq!(k.queue, "lockcore_waiters:{app:stock:42}");
+        assert_eq!(k.turn, "lockcore_turn:{app:stock:42}");
         Ok(())
     }
 
@@ -134,6 +152,8 @@ mod tests {
             "redisson_lock__channel:{orders}",
             "redisson_unlock_latch:{orders}:r1",
             "redisson_lock_token:x",
+            "lockcore_waiters:{orders}",
+            "lockcore_turn:{orders}",
         ] {
             let err = LockKeys::new("", name, 100).expect_err(name);
             assert!(err.to_string().contains("reserved"), "{err}");

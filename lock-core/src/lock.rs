@@ -588,13 +588,11 @@ impl Lock {
                         _ => Duration::from_millis(1),
                     };
                     tokio::select! {
-                        _ = sub.woken() => {
-                            // Every waiting client was told at once: a random
-                            // pause of up to two round trips makes the race
-                            // for the lock a fair draw, not a matter of which
-                            // client always reads its messages first.
-                            tokio::time::sleep(self.client.inner.core.race_jitter()).await;
-                        }
+                        // Every waiting client was told at once; no need to
+                        // draw lots: the release gave the turn to the client
+                        // that has waited longest (see `release.lua`), and
+                        // the others' attempts are refused meanwhile.
+                        _ = sub.woken() => {}
                         _ = waiter.notify.notified() => {}
                         _ = tokio::time::sleep(sleep) => {}
                         _ = until_deadline() => {}
@@ -670,7 +668,13 @@ impl Lock {
         let owner = core.new_owner();
         let latch = self.keys.latch(&owner);
         let sent_at = Instant::now();
-        let cmd = self.acquire_cmd(&latch, &owner, CancelMode::New, lease_ms);
+        let cmd = self.acquire_cmd(
+            &latch,
+            &owner,
+            CancelMode::New,
+            lease_ms,
+            waiter_id.is_some(),
+        );
         let reply = match core.run_script(&core.scripts.acquire, &cmd).await {
             Ok(reply) => {
                 core.record_round_trip(sent_at.elapsed());
@@ -731,16 +735,33 @@ impl Lock {
     }
 
     /// The acquire script call for the hold `owner` (see `acquire.lua`).
-    fn acquire_cmd(&self, latch: &str, owner: &str, mode: CancelMode, lease_ms: u64) -> redis::Cmd {
+    /// `in_line`: the caller is its client's waiting head, which takes (or
+    /// keeps) its client's place among the clients waiting for the lock.
+    fn acquire_cmd(
+        &self,
+        latch: &str,
+        owner: &str,
+        mode: CancelMode,
+        lease_ms: u64,
+        in_line: bool,
+    ) -> redis::Cmd {
         let core = &self.client.inner.core;
         core.scripts.acquire.evalsha(
-            &[self.keys.lock.as_str(), self.keys.token.as_str(), latch],
+            &[
+                self.keys.lock.as_str(),
+                self.keys.token.as_str(),
+                latch,
+                self.keys.queue.as_str(),
+                self.keys.turn.as_str(),
+            ],
             (
                 lease_ms,
                 owner,
                 mode.as_arg(),
                 core.token_retention_ms(),
                 core.latch_ms(),
+                &*core.client_id,
+                if in_line { "1" } else { "0" },
             ),
         )
     }
@@ -765,7 +786,7 @@ impl Lock {
         let lease_ms = lease_ms(lease, core.config.watchdog_timeout);
         let latch = self.keys.latch(&core.request_id());
         let sent_at = Instant::now();
-        let cmd = self.acquire_cmd(&latch, &hold.owner, CancelMode::Reentry, lease_ms);
+        let cmd = self.acquire_cmd(&latch, &hold.owner, CancelMode::Reentry, lease_ms, false);
         let cancel = |latch: String| ReleaseJob::Cancel {
             keys: self.keys.clone(),
             owner: hold.owner.clone(),
@@ -951,7 +972,16 @@ struct Ticket {
 impl Drop for Ticket {
     fn drop(&mut self) {
         let core = &self.lock.client.inner.core;
-        if let Some(hold) = core.queues.leave(&self.lock.keys.lock, self.waiter.id) {
+        let (grant, gave_up_last) = core.queues.leave(&self.lock.keys.lock, self.waiter.id);
+        if gave_up_last {
+            // Nobody of this client waits any more: leave the waiting set.
+            self.lock
+                .client
+                .release_in_background(ReleaseJob::StopWaiting {
+                    keys: self.lock.keys.clone(),
+                });
+        }
+        if let Some(hold) = grant {
             tracing::debug!(lock = %self.lock.keys.lock, "releasing a hand-off nobody waits for");
             self.lock.client.release_in_background(ReleaseJob::Release {
                 keys: self.lock.keys.clone(),

@@ -307,9 +307,16 @@ impl LocalQueues {
 
     /// The waiter stops waiting (acquired, gave up, or was dropped). Returns
     /// a grant it had not picked up: the caller must release it.
-    pub(crate) fn leave(&self, key: &str, waiter_id: u64) -> Option<Arc<Hold>> {
+    ///
+    /// Also returns whether this waiter gave up (it was still queued) and
+    /// was the client's last one: the client then leaves the lock's set of
+    /// waiting clients in Redis.
+    pub(crate) fn leave(&self, key: &str, waiter_id: u64) -> (Option<Arc<Hold>>, bool) {
         let mut map = self.locked();
-        let state = map.get_mut(key)?;
+        let Some(state) = map.get_mut(key) else {
+            return (None, false);
+        };
+        let mut gave_up_last = false;
         if let Some(i) = state.position(waiter_id) {
             if state.queue[i].offered {
                 // The releaser in flight finds out and passes the lock on.
@@ -321,6 +328,7 @@ impl LocalQueues {
                 }
                 if state.queue.is_empty() {
                     state.subscription = None;
+                    gave_up_last = true;
                 }
             }
         }
@@ -332,7 +340,7 @@ impl LocalQueues {
         if state.is_idle() {
             map.remove(key);
         }
-        grant
+        (grant, gave_up_last)
     }
 
     /// Picks the head as the target of a hand-off from the hold `owner`,
@@ -547,7 +555,7 @@ mod tests {
         let next = hold();
         assert!(!q.handed_off("k", &target, next.clone()));
         assert!(matches!(q.turn("k", &b), Turn::Granted(_)));
-        assert!(q.leave("k", b.id).is_none());
+        assert!(q.leave("k", b.id).0.is_none());
         q.ended("k", &next.owner);
         assert_eq!(q.len(), 0, "idle state is dropped");
     }
@@ -559,7 +567,7 @@ mod tests {
         let b = q.join("k", None, None);
         q.acquired("k", Holding::new(h.clone()), None);
         let target = q.offer("k", &h.owner).expect("offer");
-        assert!(q.leave("k", b.id).is_none());
+        assert!(q.leave("k", b.id).0.is_none());
         let next = hold();
         assert!(q.handed_off("k", &target, next.clone()));
         q.ended("k", &next.owner);

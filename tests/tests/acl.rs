@@ -25,6 +25,9 @@ const KEYS: &[&str] = &[
     "~redisson_unlock_latch:{app:*",
     // the release scripts name the channel among their keys, as Redisson's do
     "~redisson_lock__channel:{app:*",
+    // lock-core's turns between waiting clients
+    "~lockcore_waiters:{app:*",
+    "~lockcore_turn:{app:*",
 ];
 const CHANNELS: &[&str] = &["&redisson_lock__channel:{app:*"];
 const COMMANDS: &[&str] = &[
@@ -42,6 +45,7 @@ const COMMANDS: &[&str] = &[
     "+ping",
     "+subscribe",
     "+unsubscribe",
+    "+zrem",
     // run by the lock's Lua scripts
     "+del",
     "+exists",
@@ -54,6 +58,8 @@ const COMMANDS: &[&str] = &[
     "+pttl",
     "+time",
     "+publish",
+    "+zadd",
+    "+zrange",
 ];
 
 /// `--user <name> on >pw resetkeys resetchannels -@all <rules...>`.

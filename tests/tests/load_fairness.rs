@@ -344,16 +344,13 @@ async fn take_turns(
     (grants, elapsed)
 }
 
-/// Issue 11's bound between clients. Fails today in about half of the runs
-/// (8 of 15 when written: max wait 3.1 to 5.2 x the fair wait; the passing
-/// runs 2.0 to 2.6): the turn between clients is a race after each unlock
-/// message (every waiting client's head sleeps a random 0..2 x its own
-/// round-trip estimate, then asks Redis), with no memory of which client
-/// waited longest, so a client loses 10 to 19 turns in a row; and the
-/// estimates differ between clients (by up to ~50 ms here), so the client
-/// with the largest one loses most often.
+/// Issue 11's bound between clients. Before lock-core kept the waiting
+/// clients in Redis (`lockcore_waiters`) and gave the turn after a release
+/// to the one that waited longest, this failed in about half of the runs
+/// (max wait 3.1 to 5.2 x the fair wait): the turn was a race after each
+/// unlock message, biased by each client's round-trip estimate. Now the
+/// clients take turns in order (measured: 1.11 to 1.17 x).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "issue 11: the lock goes between clients by a memoryless race biased by each client's RTT estimate; max wait 3.1-5.2x the fair wait in half of the runs"]
 async fn four_clients_of_four_tasks_behind_20ms_latency_take_turns() {
     const CLIENTS: usize = 4;
     const TASKS: usize = 4;

@@ -1,13 +1,20 @@
 -- Acquire a lock as a new hold, or re-enter an existing hold (Redisson's
 -- RLock layout: a hash whose field is the owner id and value the count).
--- KEYS[1] lock hash, KEYS[2] last fencing token, KEYS[3] this request's latch
+-- KEYS[1] lock hash, KEYS[2] last fencing token, KEYS[3] this request's latch,
+-- KEYS[4] the clients waiting (sorted set, by when they began to wait),
+-- KEYS[5] the client whose turn it is
 -- ARGV[1] lease in ms, ARGV[2] the hold's owner id, ARGV[3] mode,
--- ARGV[4] lifetime in ms of the token key, ARGV[5] lifetime in ms of the latch
+-- ARGV[4] lifetime in ms of the token key and of the waiters' set,
+-- ARGV[5] lifetime in ms of the latch, ARGV[6] the caller's client id,
+-- ARGV[7] '1' when the caller is its client's waiting head (it takes its
+-- place among the waiting clients), else '0'
 --
 -- mode 'new': ARGV[2] is an owner id never used before. Its latch exists
 --   only when the attempt was cancelled (see cancel.lua): then nothing is
---   applied. Returns {1, token} acquired, {0, pttl} held by another owner,
---   {-2, 0} cancelled.
+--   applied. A free lock whose turn belongs to another client (for a moment
+--   after a release, see release.lua) is not taken. Returns {1, token}
+--   acquired, {0, pttl} held by another owner (or reserved: pttl of the
+--   turn), {-2, 0} cancelled.
 -- mode 're': re-enter the hold ARGV[2] if it still exists (never creates
 --   it). The latch records that this request was applied, so that cancel.lua
 --   can undo it. Returns {2, 0} re-entered, {-1, 0} the hold is gone,
@@ -17,6 +24,13 @@
 -- microseconds). The last token is kept for ARGV[4] ms only; after that
 -- the clock alone keeps tokens growing, also across a restart that lost
 -- every key.
+local function wait_in_line()
+  if ARGV[7] == '1' then
+    local now = redis.call('time')
+    redis.call('zadd', KEYS[4], 'NX', tonumber(now[1]) * 1000000 + tonumber(now[2]), ARGV[6])
+    redis.call('pexpire', KEYS[4], ARGV[4])
+  end
+end
 local mode = ARGV[3]
 if redis.call('exists', KEYS[3]) == 1 then
   return {-2, 0}
@@ -34,6 +48,17 @@ if mode == 're' then
   return {2, 0}
 end
 if redis.call('exists', KEYS[1]) == 0 then
+  local turn = redis.call('get', KEYS[5])
+  if turn then
+    if turn ~= ARGV[6] then
+      wait_in_line()
+      return {0, redis.call('pttl', KEYS[5])}
+    end
+    redis.call('del', KEYS[5])
+  end
+  if ARGV[7] == '1' then
+    redis.call('zrem', KEYS[4], ARGV[6])
+  end
   redis.call('hincrby', KEYS[1], ARGV[2], 1)
   redis.call('pexpire', KEYS[1], ARGV[1])
   local now = redis.call('time')
@@ -46,4 +71,5 @@ if redis.call('exists', KEYS[1]) == 0 then
   end
   return {1, token}
 end
+wait_in_line()
 return {0, redis.call('pttl', KEYS[1])}

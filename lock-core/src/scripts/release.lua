@@ -1,7 +1,13 @@
 -- Release one hold of a lock, at most once per request id.
--- KEYS[1] lock hash, KEYS[2] unlock channel, KEYS[3] unlock latch for this request
+-- KEYS[1] lock hash, KEYS[2] unlock channel, KEYS[3] unlock latch for this request,
+-- KEYS[4] the clients waiting (sorted set), KEYS[5] the client whose turn it is
 -- ARGV[1] owner id, ARGV[2] lease in ms (at least this long while holds remain),
--- ARGV[3] unlock message, ARGV[4] latch lifetime in ms
+-- ARGV[3] unlock message, ARGV[4] latch lifetime in ms, ARGV[5] the releasing
+-- client's id, ARGV[6] how long in ms the next client's turn is kept for it
+-- When the lock is freed and other clients wait, the turn goes to the one
+-- that has waited longest (not the releasing client): for ARGV[6] ms only it
+-- may take the lock, and it leaves the waiting set (if it does not come,
+-- it lost its place).
 -- Returns 1 + n when the lock was freed and its unlock message reached n
 -- subscribed clients (waiters), 0 when holds remain, nil when the owner did
 -- not hold it. A retried request returns its first result; after the last
@@ -26,6 +32,15 @@ if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
   return result
 end
 redis.call('del', KEYS[1])
+local waiting = redis.call('zrange', KEYS[4], 0, 1)
+local next_client = waiting[1]
+if next_client == ARGV[5] then
+  next_client = waiting[2]
+end
+if next_client then
+  redis.call('set', KEYS[5], next_client, 'px', ARGV[6])
+  redis.call('zrem', KEYS[4], next_client)
+end
 -- The lock is free now, whatever PUBLISH says: a refused PUBLISH (ACL) is
 -- answered as its error text, not as a failed release.
 local told = redis.pcall('publish', KEYS[2], ARGV[3])
