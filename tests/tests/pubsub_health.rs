@@ -1,13 +1,50 @@
 //! The shared pub/sub connection stays up while the server is healthy: a
-//! long wait (several health checks) keeps the same connection, on RESP2
-//! and on RESP3. Judged by the server's own `CLIENT LIST`.
+//! 10 s wait (three health checks) keeps the same connection, on RESP2 and
+//! on RESP3, and logs no warning. Judged by the server's own `CLIENT LIST`
+//! and by a subscriber of this suite that records every event.
 
 mod common;
 
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::{cmd, raw, within};
 use lock_core::LockClient;
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event, Level, Metadata, Subscriber};
+
+/// Records every WARN (or worse) event's fields.
+#[derive(Clone, Default)]
+struct Warnings(Arc<Mutex<Vec<String>>>);
+
+struct Text<'a>(&'a mut String);
+
+impl Visit for Text<'_> {
+    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
+        self.0.push_str(&format!(" {}={value:?}", field.name()));
+    }
+}
+
+impl Subscriber for Warnings {
+    fn enabled(&self, _: &Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &Attributes<'_>) -> Id {
+        Id::from_u64(1)
+    }
+    fn record(&self, _: &Id, _: &Record<'_>) {}
+    fn record_follows_from(&self, _: &Id, _: &Id) {}
+    fn event(&self, event: &Event<'_>) {
+        if *event.metadata().level() <= Level::WARN {
+            let mut line = String::new();
+            event.record(&mut Text(&mut line));
+            self.0.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+        }
+    }
+    fn enter(&self, _: &Id) {}
+    fn exit(&self, _: &Id) {}
+}
 
 /// Ids of the connections that are subscribed to at least one channel.
 async fn subscribed_ids(conn: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
@@ -25,55 +62,67 @@ async fn subscribed_ids(conn: &mut redis::aio::MultiplexedConnection) -> Vec<Str
         .collect()
 }
 
-async fn long_wait_keeps_one_connection(protocol: &str) {
+fn long_wait_keeps_one_connection(protocol: &str) {
+    let warnings = Warnings::default();
     let server = common::server();
-    let url = format!("{}?protocol={protocol}", server.url());
-    let waiter = LockClient::builder(url)
-        .command_timeout(Duration::from_secs(2))
-        .build()
-        .expect("client");
-    let holder = common::client_for(&server, 30_000);
-    let mut conn = raw(&server).await;
-    let guard = holder
-        .lock("long")
-        .expect("name")
-        .acquire()
-        .await
-        .expect("hold");
+    tracing::subscriber::with_default(warnings.clone(), || {
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        runtime.block_on(async {
+            let url = format!("{}?protocol={protocol}", server.url());
+            let waiter = LockClient::builder(url)
+                .command_timeout(Duration::from_secs(2))
+                .build()
+                .expect("client");
+            let holder = common::client_for(&server, 30_000);
+            let mut conn = raw(&server).await;
+            let guard = holder
+                .lock("long")
+                .expect("name")
+                .acquire()
+                .await
+                .expect("hold");
 
-    let lock = waiter.lock("long").expect("name");
-    let wait = tokio::spawn(async move { lock.acquire_timeout(Duration::from_secs(8)).await });
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    let before = subscribed_ids(&mut conn).await;
-    assert_eq!(
-        before.len(),
-        1,
-        "{protocol}: one subscribed connection: {before:?}"
-    );
-    // Two health checks (every 3 s) happen during the wait.
-    tokio::time::sleep(Duration::from_millis(7_000)).await;
-    let after = subscribed_ids(&mut conn).await;
-    assert_eq!(
-        after, before,
-        "{protocol}: the pub/sub connection was replaced"
-    );
-    // ...and it still delivers: the release wakes the waiter at once.
-    let released = tokio::time::Instant::now();
-    guard.release().await.expect("release");
-    let got = within(Duration::from_secs(2), "woken waiter", wait)
-        .await
-        .expect("task")
-        .expect("acquired");
-    assert!(released.elapsed() < Duration::from_secs(1));
-    got.release().await.expect("release");
+            let lock = waiter.lock("long").expect("name");
+            let wait =
+                tokio::spawn(async move { lock.acquire_timeout(Duration::from_secs(12)).await });
+            tokio::time::sleep(Duration::from_millis(500)).await;
+            let before = subscribed_ids(&mut conn).await;
+            assert_eq!(
+                before.len(),
+                1,
+                "{protocol}: one subscribed connection: {before:?}"
+            );
+            // A 10 s wait: three health checks (every 3 s) happen meanwhile.
+            tokio::time::sleep(Duration::from_millis(9_500)).await;
+            let after = subscribed_ids(&mut conn).await;
+            assert_eq!(
+                after, before,
+                "{protocol}: the pub/sub connection was replaced"
+            );
+            // ...and it still delivers: the release wakes the waiter at once.
+            let released = tokio::time::Instant::now();
+            guard.release().await.expect("release");
+            let got = within(Duration::from_secs(2), "woken waiter", wait)
+                .await
+                .expect("task")
+                .expect("acquired");
+            assert!(released.elapsed() < Duration::from_secs(1));
+            got.release().await.expect("release");
+        });
+    });
+    let warned = warnings.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    assert!(warned.is_empty(), "{protocol}: warnings logged: {warned:?}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_long_wait_keeps_its_pubsub_connection_on_resp2() {
-    long_wait_keeps_one_connection("resp2").await;
+#[test]
+fn a_long_wait_keeps_its_pubsub_connection_on_resp2() {
+    long_wait_keeps_one_connection("resp2");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_long_wait_keeps_its_pubsub_connection_on_resp3() {
-    long_wait_keeps_one_connection("resp3").await;
+#[test]
+fn a_long_wait_keeps_its_pubsub_connection_on_resp3() {
+    long_wait_keeps_one_connection("resp3");
 }
