@@ -668,13 +668,11 @@ impl Lock {
         let owner = core.new_owner();
         let latch = self.keys.latch(&owner);
         let sent_at = Instant::now();
-        let cmd = self.acquire_cmd(
-            &latch,
-            &owner,
-            CancelMode::New,
-            lease_ms,
-            waiter_id.is_some(),
-        );
+        let line = match waiter_id {
+            Some(_) => core.queues.line_mode(&self.keys.lock),
+            None => "0",
+        };
+        let cmd = self.acquire_cmd(&latch, &owner, CancelMode::New, lease_ms, line);
         let reply = match core.run_script(&core.scripts.acquire, &cmd).await {
             Ok(reply) => {
                 core.record_round_trip(sent_at.elapsed());
@@ -735,15 +733,16 @@ impl Lock {
     }
 
     /// The acquire script call for the hold `owner` (see `acquire.lua`).
-    /// `in_line`: the caller is its client's waiting head, which takes (or
-    /// keeps) its client's place among the clients waiting for the lock.
+    /// `line`: how the caller stands in the line of waiting clients (`"0"` a
+    /// single attempt, `"1"` a waiting head, `"2"` a waiting head whose
+    /// client has its place; see `acquire.lua`).
     fn acquire_cmd(
         &self,
         latch: &str,
         owner: &str,
         mode: CancelMode,
         lease_ms: u64,
-        in_line: bool,
+        line: &str,
     ) -> redis::Cmd {
         let core = &self.client.inner.core;
         core.scripts.acquire.evalsha(
@@ -761,7 +760,7 @@ impl Lock {
                 core.token_retention_ms(),
                 core.latch_ms(),
                 &*core.client_id,
-                if in_line { "1" } else { "0" },
+                line,
             ),
         )
     }
@@ -786,7 +785,7 @@ impl Lock {
         let lease_ms = lease_ms(lease, core.config.watchdog_timeout);
         let latch = self.keys.latch(&core.request_id());
         let sent_at = Instant::now();
-        let cmd = self.acquire_cmd(&latch, &hold.owner, CancelMode::Reentry, lease_ms, false);
+        let cmd = self.acquire_cmd(&latch, &hold.owner, CancelMode::Reentry, lease_ms, "0");
         let cancel = |latch: String| ReleaseJob::Cancel {
             keys: self.keys.clone(),
             owner: hold.owner.clone(),

@@ -95,6 +95,9 @@ struct KeyState {
     /// The last step-back ran out on its timer (no other client's unlock
     /// message ended it).
     stepped_back_in_vain: bool,
+    /// This client has a place among the clients waiting for the lock in
+    /// Redis (`lockcore_waiters`): an attempt of its head found it held.
+    in_redis_line: bool,
     /// Consecutive step-backs after which this client took the lock again
     /// at once: the other clients' waiters were too slow for the window,
     /// which doubles with each miss.
@@ -270,6 +273,18 @@ impl LocalQueues {
         if let Some(state) = self.locked().get_mut(key) {
             state.misses = 0;
             state.stepped_back_in_vain = false;
+            state.in_redis_line = true;
+        }
+    }
+
+    /// How the head's attempt stands in the line of waiting clients (see
+    /// `acquire.lua`): `"2"` when this client has its place already, else
+    /// `"1"`.
+    pub(crate) fn line_mode(&self, key: &str) -> &'static str {
+        if self.locked().get(key).is_some_and(|s| s.in_redis_line) {
+            "2"
+        } else {
+            "1"
         }
     }
 
@@ -294,6 +309,8 @@ impl LocalQueues {
         state.budget = state.queue.len();
         state.holding = Some(holding);
         state.step_back_until = None;
+        // Taken from Redis: the script took this client out of the line.
+        state.in_redis_line = false;
         state.own_unlocks = 0;
         if std::mem::take(&mut state.stepped_back_in_vain) {
             // Taken again right after a step-back that nobody used.
@@ -308,9 +325,9 @@ impl LocalQueues {
     /// The waiter stops waiting (acquired, gave up, or was dropped). Returns
     /// a grant it had not picked up: the caller must release it.
     ///
-    /// Also returns whether this waiter gave up (it was still queued) and
-    /// was the client's last one: the client then leaves the lock's set of
-    /// waiting clients in Redis.
+    /// Also returns whether this waiter gave up (it was still queued), was
+    /// the client's last one, and the client has a place in the lock's line
+    /// of waiting clients in Redis: the client then leaves it.
     pub(crate) fn leave(&self, key: &str, waiter_id: u64) -> (Option<Arc<Hold>>, bool) {
         let mut map = self.locked();
         let Some(state) = map.get_mut(key) else {
@@ -328,7 +345,7 @@ impl LocalQueues {
                 }
                 if state.queue.is_empty() {
                     state.subscription = None;
-                    gave_up_last = true;
+                    gave_up_last = std::mem::take(&mut state.in_redis_line);
                 }
             }
         }

@@ -6,8 +6,10 @@
 -- ARGV[1] lease in ms, ARGV[2] the hold's owner id, ARGV[3] mode,
 -- ARGV[4] lifetime in ms of the token key and of the waiters' set,
 -- ARGV[5] lifetime in ms of the latch, ARGV[6] the caller's client id,
--- ARGV[7] '1' when the caller is its client's waiting head (it takes its
--- place among the waiting clients), else '0'
+-- ARGV[7] '0' a single attempt; '1' the client's waiting head, which takes
+-- its client's place among the waiting clients when the lock is held; '2'
+-- a waiting head whose client has that place already (it leaves the line
+-- when it gets the lock)
 --
 -- mode 'new': ARGV[2] is an owner id never used before. Its latch exists
 --   only when the attempt was cancelled (see cancel.lua): then nothing is
@@ -25,7 +27,7 @@
 -- the clock alone keeps tokens growing, also across a restart that lost
 -- every key.
 local function wait_in_line()
-  if ARGV[7] == '1' then
+  if ARGV[7] ~= '0' then
     local now = redis.call('time')
     redis.call('zadd', KEYS[4], 'NX', tonumber(now[1]) * 1000000 + tonumber(now[2]), ARGV[6])
     redis.call('pexpire', KEYS[4], ARGV[4])
@@ -56,7 +58,7 @@ if redis.call('exists', KEYS[1]) == 0 then
     end
     redis.call('del', KEYS[5])
   end
-  if ARGV[7] == '1' then
+  if ARGV[7] == '2' then
     redis.call('zrem', KEYS[4], ARGV[6])
   end
   redis.call('hincrby', KEYS[1], ARGV[2], 1)

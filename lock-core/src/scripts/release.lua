@@ -32,19 +32,23 @@ if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
   return result
 end
 redis.call('del', KEYS[1])
-local waiting = redis.call('zrange', KEYS[4], 0, 1)
-local next_client = waiting[1]
-if next_client == ARGV[5] then
-  next_client = waiting[2]
-end
-if next_client then
-  redis.call('set', KEYS[5], next_client, 'px', ARGV[6])
-  redis.call('zrem', KEYS[4], next_client)
-end
 -- The lock is free now, whatever PUBLISH says: a refused PUBLISH (ACL) is
 -- answered as its error text, not as a failed release.
 local told = redis.pcall('publish', KEYS[2], ARGV[3])
 if type(told) == 'table' and told.err then
   return told.err
+end
+if told > 0 then
+  -- Someone listens: the turn goes to the client that waited longest (the
+  -- script is atomic, so the woken clients see it when they ask).
+  local waiting = redis.call('zrange', KEYS[4], 0, 1)
+  local next_client = waiting[1]
+  if next_client == ARGV[5] then
+    next_client = waiting[2]
+  end
+  if next_client then
+    redis.call('set', KEYS[5], next_client, 'px', ARGV[6])
+    redis.call('zrem', KEYS[4], next_client)
+  end
 end
 return 1 + told
