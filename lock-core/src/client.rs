@@ -238,7 +238,27 @@ impl Core {
                     self.queues.ended(&keys.lock, &owner);
                     return first.unwrap_or(Ok(false));
                 }
+                Ok(HandOff::Freed) => {
+                    self.queues.withdraw(&keys.lock, &next);
+                    self.queues.ended(&keys.lock, &owner);
+                    return first.unwrap_or(Ok(true));
+                }
                 Err(e) => {
+                    // Applied or not, nobody knows: cancel the hand-off to
+                    // the new owner id (undone if applied; a late copy frees
+                    // the lock instead, see handoff.lua).
+                    let cancel = self
+                        .cancel(
+                            keys,
+                            &next_owner,
+                            CancelMode::New,
+                            &keys.latch(&next_owner),
+                            next_lease_ms,
+                        )
+                        .await;
+                    if let Err(undo) = cancel {
+                        tracing::warn!(lock = %keys.lock, error = %undo, "cancelling a hand-off with an unknown outcome failed; it expires with its lease");
+                    }
                     self.queues.withdraw(&keys.lock, &next);
                     self.queues.ended(&keys.lock, &owner);
                     return first.unwrap_or(Err(e));
@@ -428,8 +448,15 @@ impl Core {
         next_lease_ms: u64,
     ) -> Result<HandOff> {
         let (latch, latch_ms) = self.latch(keys);
+        let next_latch = keys.latch(next);
         let cmd = self.scripts.handoff.evalsha(
-            &[keys.lock.as_str(), keys.token.as_str(), latch.as_str()],
+            &[
+                keys.lock.as_str(),
+                keys.token.as_str(),
+                latch.as_str(),
+                next_latch.as_str(),
+                keys.channel.as_str(),
+            ],
             (
                 owner,
                 lease_ms,
@@ -437,6 +464,7 @@ impl Core {
                 next,
                 next_lease_ms,
                 self.token_retention_ms(),
+                crate::keys::UNLOCK_MESSAGE,
             ),
         );
         let reply = self
@@ -455,6 +483,7 @@ impl Core {
             Some((3, token)) if token >= 0 => Ok(HandOff::Given {
                 token: token as u64,
             }),
+            Some((4, _)) => Ok(HandOff::Freed),
             _ => Err(Error::Protocol(format!(
                 "handoff script answered {reply:?}"
             ))),
@@ -504,7 +533,11 @@ enum ReleaseOutcome {
 enum HandOff {
     NotHeld,
     HoldsRemain,
-    Given { token: u64 },
+    /// The lock was freed instead (the hand-off had been cancelled).
+    Freed,
+    Given {
+        token: u64,
+    },
 }
 
 /// Which kind of acquisition a cancellation undoes (see `cancel.lua`).

@@ -28,8 +28,8 @@ impl Held {
         }
     }
 
-    /// The hold is known to be gone from Redis (a renewal or re-entry found
-    /// it missing): tells the local queue, without a call to Redis.
+    /// Redis confirmed the hold is gone (a renewal, re-entry or release
+    /// found it missing): tells the local queue, without a call to Redis.
     fn forget(&self) {
         self.lock
             .client
@@ -251,7 +251,7 @@ impl LockGuard {
         };
         held.stop_renewal();
         let name = held.lock.keys.name.clone();
-        if held.hold.is_marked_lost() {
+        if held.hold.is_gone() {
             held.forget();
             tracing::warn!(lock = %name, "lock was lost before release");
             return Err(Error::Lost { name });
@@ -280,7 +280,7 @@ impl LockGuard {
             }
             Ok(Ok(false)) => {
                 held.hold
-                    .mark_lost(&held.lock.keys.lock, "not held at release");
+                    .mark_gone(&held.lock.keys.lock, "not held at release");
                 Err(Error::Lost { name })
             }
             Ok(Err(e)) => Err(e),
@@ -293,7 +293,7 @@ impl Drop for LockGuard {
     fn drop(&mut self) {
         if let Some(held) = self.held.take() {
             held.stop_renewal();
-            if held.hold.is_marked_lost() {
+            if held.hold.is_gone() {
                 held.forget();
                 return;
             }

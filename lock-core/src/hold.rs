@@ -66,6 +66,11 @@ pub(crate) struct Hold {
     lost: CancellationToken,
     /// Set by the first `mark_lost`, so the loss is logged once.
     lost_logged: AtomicBool,
+    /// Redis confirmed the hold is gone (a renewal, re-entry or release
+    /// found its field missing): releasing it there is pointless. A hold
+    /// that is only past its deadline may still be in Redis, and is
+    /// released there like any other.
+    gone: AtomicBool,
 }
 
 impl Hold {
@@ -90,6 +95,7 @@ impl Hold {
             valid_until_us: AtomicU64::new(micros(validity(lease))),
             lost: CancellationToken::new(),
             lost_logged: AtomicBool::new(false),
+            gone: AtomicBool::new(false),
         }))
     }
 
@@ -150,9 +156,16 @@ impl Hold {
         self.lost.cancel();
     }
 
-    /// Whether the hold was marked lost (not merely past its deadline).
-    pub(crate) fn is_marked_lost(&self) -> bool {
-        self.lost.is_cancelled()
+    /// Redis confirmed the hold is gone: marks it lost, and tells its guards
+    /// that there is nothing left to release.
+    pub(crate) fn mark_gone(&self, lock: &str, why: &str) {
+        self.gone.store(true, Ordering::Release);
+        self.mark_lost(lock, why);
+    }
+
+    /// Whether Redis confirmed the hold is gone (see `mark_gone`).
+    pub(crate) fn is_gone(&self) -> bool {
+        self.gone.load(Ordering::Acquire)
     }
 
     /// Resolves at the hold's deadline (following renewals) or when it is

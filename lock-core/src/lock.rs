@@ -437,11 +437,14 @@ impl Lock {
                     return Ok(Some(LockGuard::new(self.clone(), hold, options.lease)));
                 }
                 // Picked up after its validity: never handed out as held.
+                // The hand-off took the waiter out of the line: back to its
+                // front, to wait (or contend) again.
                 self.client.release_in_background(ReleaseJob::Release {
                     keys: self.keys.clone(),
                     owner: hold.owner.clone(),
                     lease_ms: lease_ms(options.lease, config.watchdog_timeout),
                 });
+                queues.requeue_front(&self.keys.lock, waiter);
                 continue;
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -813,7 +816,7 @@ impl Lock {
                 Ok(Reentry::Entered(LockGuard::new(self.clone(), hold, lease)))
             }
             Some((-1, _)) => {
-                hold.mark_lost(&self.keys.lock, "the hold was gone when it was re-entered");
+                hold.mark_gone(&self.keys.lock, "the hold was gone when it was re-entered");
                 core.queues.ended(&self.keys.lock, &hold.owner);
                 Ok(Reentry::Gone)
             }

@@ -360,6 +360,20 @@ impl LocalQueues {
         (grant, gave_up_last)
     }
 
+    /// Puts `waiter` back at the front of the lock's line (a hand-off to it
+    /// came too late to be used, and took it out of the line).
+    pub(crate) fn requeue_front(&self, key: &str, waiter: &Arc<Waiter>) {
+        let mut map = self.locked();
+        let state = map.entry(key.to_string()).or_default();
+        if state.position(waiter.id).is_none() {
+            state.queue.push_front(Queued {
+                waiter: waiter.clone(),
+                offered: false,
+                abandoned: false,
+            });
+        }
+    }
+
     /// Picks the head as the target of a hand-off from the hold `owner`,
     /// when that hold is the current one and the streak allows another
     /// hand-off.
@@ -575,6 +589,25 @@ mod tests {
         assert!(q.leave("k", b.id).0.is_none());
         q.ended("k", &next.owner);
         assert_eq!(q.len(), 0, "idle state is dropped");
+    }
+
+    #[tokio::test]
+    async fn a_hand_off_picked_up_too_late_puts_its_waiter_back_in_line() {
+        let q = LocalQueues::default();
+        let h = hold();
+        let b = q.join("k", None, None);
+        q.acquired("k", Holding::new(h.clone()), None);
+        let target = q.offer("k", &h.owner).expect("offer");
+        assert!(!q.handed_off("k", &target, hold()));
+        // The waiter picks the grant up after its validity: it may not use
+        // it, and must not be left out of the line (it would wait forever).
+        assert!(matches!(q.turn("k", &b), Turn::Granted(_)));
+        assert!(matches!(q.turn("k", &b), Turn::Wait), "out of the line");
+        q.requeue_front("k", &b);
+        assert!(matches!(
+            q.turn("k", &b),
+            Turn::HeldLocally { .. } | Turn::Contend { .. }
+        ));
     }
 
     #[tokio::test]

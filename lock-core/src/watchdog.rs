@@ -87,11 +87,10 @@ impl Watchdog {
         s.next_generation += 1;
         let generation = s.next_generation;
         let was_empty = s.entries.is_empty();
-        s.queue.push(Reverse((
-            Instant::now() + self.period,
-            generation,
-            entry_key.clone(),
-        )));
+        // Renewed a period from now, or sooner when the hold has less than
+        // two periods of validity left (picked up late, a slow round trip).
+        let due = Instant::now() + self.period.min(hold.remaining() / 2);
+        s.queue.push(Reverse((due, generation, entry_key.clone())));
         s.entries.insert(
             entry_key,
             Entry {
@@ -183,7 +182,12 @@ async fn run(
                 if hold.is_valid() {
                     due.push((key, generation, hold));
                 } else {
-                    mark_lost(s, &key, "its deadline passed before it could be renewed");
+                    mark_lost(
+                        s,
+                        &key,
+                        "its deadline passed before it could be renewed",
+                        false,
+                    );
                 }
             }
         }
@@ -251,7 +255,7 @@ async fn run(
                 match next_due {
                     Ok(at) => s.queue.push(Reverse((at, *generation, key.clone()))),
                     Err(why) => {
-                        mark_lost(s, key, why);
+                        mark_lost(s, key, why, outcome == Some(false));
                         lost += 1;
                     }
                 }
@@ -267,9 +271,15 @@ async fn run(
     }
 }
 
-fn mark_lost(s: &mut Schedule, key: &EntryKey, why: &str) {
+/// `gone`: Redis answered that the hold no longer exists (else only its
+/// deadline passed, and it may still be in Redis: its guards release it).
+fn mark_lost(s: &mut Schedule, key: &EntryKey, why: &str, gone: bool) {
     if let Some(entry) = s.entries.remove(key) {
-        entry.hold.mark_lost(&key.0, why);
+        if gone {
+            entry.hold.mark_gone(&key.0, why);
+        } else {
+            entry.hold.mark_lost(&key.0, why);
+        }
     }
 }
 

@@ -61,8 +61,8 @@ if redis.call('exists', KEYS[1]) == 0 then
   if ARGV[7] == '2' then
     redis.call('zrem', KEYS[4], ARGV[6])
   end
-  redis.call('hincrby', KEYS[1], ARGV[2], 1)
-  redis.call('pexpire', KEYS[1], ARGV[1])
+  -- The token first: a failure there (a key of another type) must not
+  -- leave a hold behind.
   local now = redis.call('time')
   local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
   -- one call in the usual case: store the clock, get the last token back
@@ -71,6 +71,8 @@ if redis.call('exists', KEYS[1]) == 0 then
     token = last + 1
     redis.call('set', KEYS[2], string.format('%.0f', token), 'px', ARGV[4])
   end
+  redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
   return {1, token}
 end
 wait_in_line()

@@ -1,13 +1,17 @@
 -- Release one hold of a lock; at hold count zero, give the lock straight to
 -- the next owner (a waiter of the same client) instead of freeing it.
 -- At most once per request id.
--- KEYS[1] lock hash, KEYS[2] fencing counter, KEYS[3] unlock latch for this request
+-- KEYS[1] lock hash, KEYS[2] fencing counter, KEYS[3] unlock latch for this request,
+-- KEYS[4] the next owner's latch (exists when the hand-off was cancelled),
+-- KEYS[5] the unlock channel
 -- ARGV[1] owner id, ARGV[2] lease in ms (at least this long while holds remain),
 -- ARGV[3] latch lifetime in ms, ARGV[4] next owner id (a new hold's id),
--- ARGV[5] next owner's lease in ms, ARGV[6] lifetime in ms of the token key
+-- ARGV[5] next owner's lease in ms, ARGV[6] lifetime in ms of the token key,
+-- ARGV[7] unlock message
 -- Returns {0, 0} when holds remain, {3, token} when the lock went to the next
 -- owner (with a new fencing token, drawn as in acquire.lua), {-1, 0} when
--- the owner did not hold it. A retried request returns its first result.
+-- the owner did not hold it, {4, 0} when the lock was freed instead (the
+-- hand-off had been cancelled). A retried request returns its first result.
 local first = redis.call('get', KEYS[3])
 if first then
   local kind, value = string.match(first, '^(%-?%d+):(%d+)$')
@@ -23,11 +27,14 @@ if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
   if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
     redis.call('pexpire', KEYS[1], ARGV[2])
   end
-else
+elseif redis.call('exists', KEYS[4]) == 1 then
+  -- The hand-off to this next owner was cancelled (the releaser did not
+  -- learn its outcome, see cancel.lua): free the lock instead.
   redis.call('del', KEYS[1])
-  redis.call('hincrby', KEYS[1], ARGV[4], 1)
-  redis.call('pexpire', KEYS[1], ARGV[5])
-  kind = 3
+  redis.pcall('publish', KEYS[5], ARGV[7])
+  kind = 4
+else
+  -- The token first: a failure there must not leave a half-made hold.
   local now = redis.call('time')
   value = tonumber(now[1]) * 1000000 + tonumber(now[2])
   local last = tonumber(redis.call('set', KEYS[2], string.format('%.0f', value), 'px', ARGV[6], 'get'))
@@ -35,6 +42,10 @@ else
     value = last + 1
     redis.call('set', KEYS[2], string.format('%.0f', value), 'px', ARGV[6])
   end
+  redis.call('del', KEYS[1])
+  redis.call('hincrby', KEYS[1], ARGV[4], 1)
+  redis.call('pexpire', KEYS[1], ARGV[5])
+  kind = 3
 end
 redis.call('set', KEYS[3], kind .. ':' .. string.format('%.0f', value), 'px', ARGV[3])
 return {kind, value}
