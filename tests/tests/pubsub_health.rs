@@ -5,46 +5,10 @@
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{cmd, raw, within};
+use common::{cmd, raw, within, Capture};
 use lock_core::LockClient;
-use tracing::field::{Field, Visit};
-use tracing::span::{Attributes, Id, Record};
-use tracing::{Event, Level, Metadata, Subscriber};
-
-/// Records every WARN (or worse) event's fields.
-#[derive(Clone, Default)]
-struct Warnings(Arc<Mutex<Vec<String>>>);
-
-struct Text<'a>(&'a mut String);
-
-impl Visit for Text<'_> {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.push_str(&format!(" {}={value:?}", field.name()));
-    }
-}
-
-impl Subscriber for Warnings {
-    fn enabled(&self, _: &Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, _: &Attributes<'_>) -> Id {
-        Id::from_u64(1)
-    }
-    fn record(&self, _: &Id, _: &Record<'_>) {}
-    fn record_follows_from(&self, _: &Id, _: &Id) {}
-    fn event(&self, event: &Event<'_>) {
-        if *event.metadata().level() <= Level::WARN {
-            let mut line = String::new();
-            event.record(&mut Text(&mut line));
-            self.0.lock().unwrap_or_else(|p| p.into_inner()).push(line);
-        }
-    }
-    fn enter(&self, _: &Id) {}
-    fn exit(&self, _: &Id) {}
-}
 
 /// Ids of the connections that are subscribed to at least one channel.
 async fn subscribed_ids(conn: &mut redis::aio::MultiplexedConnection) -> Vec<String> {
@@ -63,7 +27,7 @@ async fn subscribed_ids(conn: &mut redis::aio::MultiplexedConnection) -> Vec<Str
 }
 
 fn long_wait_keeps_one_connection(protocol: &str) {
-    let warnings = Warnings::default();
+    let warnings = Capture::default();
     let server = common::server();
     tracing::subscriber::with_default(warnings.clone(), || {
         let runtime = tokio::runtime::Builder::new_current_thread()
@@ -113,7 +77,7 @@ fn long_wait_keeps_one_connection(protocol: &str) {
             got.release().await.expect("release");
         });
     });
-    let warned = warnings.0.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let warned = warnings.at_least(tracing::Level::WARN);
     assert!(warned.is_empty(), "{protocol}: warnings logged: {warned:?}");
 }
 

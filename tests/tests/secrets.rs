@@ -1,66 +1,17 @@
 //! No password in anything the library shows: `Debug` of the client and its
 //! configuration, `Display`/`Debug` of errors, the error hook's argument,
-//! and every tracing event (captured by a subscriber of this suite that
-//! records all events at every level).
+//! and every tracing event (captured by `common::Capture`, which records
+//! all spans and events at every level).
 
 mod common;
 
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use common::Capture;
 use lock_core::LockClient;
 use lock_tests::RedisServer;
-use tracing::field::{Field, Visit};
-use tracing::span::{Attributes, Id, Record};
-use tracing::{Event, Metadata, Subscriber};
 
 const SECRET: &str = "s3cret-pw-4711";
-
-/// Records the text of every event and span field.
-#[derive(Clone, Default)]
-struct Capture(Arc<Mutex<Vec<String>>>);
-
-struct Text<'a>(&'a mut String);
-
-impl Visit for Text<'_> {
-    fn record_debug(&mut self, field: &Field, value: &dyn std::fmt::Debug) {
-        self.0.push_str(&format!(" {}={value:?}", field.name()));
-    }
-}
-
-impl Capture {
-    fn push(&self, line: String) {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).push(line);
-    }
-    fn lines(&self) -> Vec<String> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
-    }
-}
-
-impl Subscriber for Capture {
-    fn enabled(&self, _: &Metadata<'_>) -> bool {
-        true
-    }
-    fn new_span(&self, span: &Attributes<'_>) -> Id {
-        let mut line = format!("span {}", span.metadata().name());
-        span.record(&mut Text(&mut line));
-        self.push(line);
-        Id::from_u64(1)
-    }
-    fn record(&self, _: &Id, values: &Record<'_>) {
-        let mut line = String::from("record");
-        values.record(&mut Text(&mut line));
-        self.push(line);
-    }
-    fn record_follows_from(&self, _: &Id, _: &Id) {}
-    fn event(&self, event: &Event<'_>) {
-        let mut line = format!("event {}", event.metadata().level());
-        event.record(&mut Text(&mut line));
-        self.push(line);
-    }
-    fn enter(&self, _: &Id) {}
-    fn exit(&self, _: &Id) {}
-}
 
 #[test]
 fn no_password_in_debug_errors_hook_or_logs() {

@@ -151,3 +151,78 @@ impl Inside {
         n.unwrap_or(0)
     }
 }
+
+/// A tracing subscriber that records every span and event (level and
+/// fields as text), for suites that check what the library logs. Install it
+/// with `tracing::subscriber::with_default` around a current-thread runtime,
+/// so that the library's background tasks log into it too.
+#[derive(Clone, Default)]
+pub struct Capture(std::sync::Arc<std::sync::Mutex<Vec<(tracing::Level, String)>>>);
+
+struct CaptureText<'a>(&'a mut String);
+
+impl tracing::field::Visit for CaptureText<'_> {
+    fn record_debug(&mut self, field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        self.0.push_str(&format!(" {}={value:?}", field.name()));
+    }
+}
+
+impl Capture {
+    /// Records a line of the test's own (level INFO).
+    pub fn push(&self, line: String) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((tracing::Level::INFO, line));
+    }
+
+    /// Every recorded line.
+    pub fn lines(&self) -> Vec<String> {
+        self.records().into_iter().map(|(_, l)| l).collect()
+    }
+
+    /// The lines of events at `level` or more severe.
+    pub fn at_least(&self, level: tracing::Level) -> Vec<String> {
+        self.records()
+            .into_iter()
+            .filter(|(l, _)| *l <= level)
+            .map(|(_, line)| line)
+            .collect()
+    }
+
+    fn records(&self) -> Vec<(tracing::Level, String)> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    fn record(&self, level: tracing::Level, line: String) {
+        self.0
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((level, line));
+    }
+}
+
+impl tracing::Subscriber for Capture {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, span: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        let mut line = format!("span {}", span.metadata().name());
+        span.record(&mut CaptureText(&mut line));
+        self.record(*span.metadata().level(), line);
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, values: &tracing::span::Record<'_>) {
+        let mut line = String::from("record");
+        values.record(&mut CaptureText(&mut line));
+        self.record(tracing::Level::TRACE, line);
+    }
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        let mut line = format!("event {}", event.metadata().level());
+        event.record(&mut CaptureText(&mut line));
+        self.record(*event.metadata().level(), line);
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
