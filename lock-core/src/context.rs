@@ -26,6 +26,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use crate::guard::LockGuard;
+use crate::held::HeldLock;
 use crate::hold::Hold;
 
 tokio::task_local! {
@@ -66,8 +67,7 @@ pub struct LockContext {
 /// in it re-enter `hold`.
 struct Section {
     client_id: Arc<str>,
-    key: Arc<str>,
-    hold: Arc<Hold>,
+    held: HeldLock,
     parent: Option<Arc<Section>>,
 }
 
@@ -95,7 +95,7 @@ impl std::fmt::Debug for LockContext {
         let mut keys = Vec::new();
         let mut next = self.sections.as_deref();
         while let Some(section) = next {
-            keys.push(&*section.key);
+            keys.push(section.held.key());
             next = section.parent.as_deref();
         }
         f.debug_struct("LockContext")
@@ -184,28 +184,38 @@ impl LockContext {
     /// # }
     /// ```
     pub fn enter(&self, guard: &LockGuard) -> LockContext {
-        let (client_id, key, hold) = guard.section_parts();
+        let (client_id, held) = guard.section_parts();
         LockContext {
             id: self.id,
             sections: Some(Arc::new(Section {
                 client_id,
-                key,
-                hold,
+                held,
                 parent: self.sections.clone(),
             })),
         }
     }
 
-    /// The hold of the innermost section of `key` on client `client_id`.
-    pub(crate) fn section_hold(&self, client_id: &str, key: &str) -> Option<Arc<Hold>> {
+    /// The lock of the innermost section this context runs in (see
+    /// [`HeldLock::current`]).
+    pub(crate) fn innermost_section(&self) -> Option<HeldLock> {
+        self.sections.as_ref().map(|s| s.held.clone())
+    }
+
+    /// The innermost section of `key` on client `client_id`.
+    pub(crate) fn section(&self, client_id: &str, key: &str) -> Option<HeldLock> {
         let mut next = self.sections.as_deref();
         while let Some(section) = next {
-            if &*section.key == key && &*section.client_id == client_id {
-                return Some(section.hold.clone());
+            if section.held.key() == key && &*section.client_id == client_id {
+                return Some(section.held.clone());
             }
             next = section.parent.as_deref();
         }
         None
+    }
+
+    /// The hold of the innermost section of `key` on client `client_id`.
+    pub(crate) fn section_hold(&self, client_id: &str, key: &str) -> Option<Arc<Hold>> {
+        self.section(client_id, key).map(|held| held.hold().clone())
     }
 }
 

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use crate::client::ReleaseJob;
 use crate::error::{Error, Result};
+use crate::held::HeldLock;
 use crate::hold::Hold;
 use crate::lock::{lease_ms, Lock};
 
@@ -97,13 +98,34 @@ impl LockGuard {
     }
 
     /// What a section of this guard's hold needs (see `LockContext::enter`).
-    pub(crate) fn section_parts(&self) -> (Arc<str>, Arc<str>, Arc<Hold>) {
-        let held = self.held();
+    pub(crate) fn section_parts(&self) -> (Arc<str>, HeldLock) {
         (
-            held.lock.client.inner.core.client_id.clone(),
-            Arc::from(held.lock.keys.lock.as_str()),
-            held.hold.clone(),
+            self.held().lock.client.inner.core.client_id.clone(),
+            self.held_lock(),
         )
+    }
+
+    /// A handle on this guard's hold that can be cloned and shared (a
+    /// request extension, a spawned task): the lock's name, fencing token,
+    /// validity and lost signal, without the power to release.
+    ///
+    /// ```no_run
+    /// # async fn demo(lock: lock_core::Lock) -> lock_core::Result<()> {
+    /// let guard = lock.acquire().await?;
+    /// let held = guard.held_lock();
+    /// let worker = tokio::spawn(async move {
+    ///     tokio::select! {
+    ///         _ = held.lost() => "stopped: the lock was lost",
+    ///         _ = tokio::time::sleep(std::time::Duration::from_secs(1)) => "done",
+    ///     }
+    /// });
+    /// let _ = worker.await;
+    /// guard.release().await?;
+    /// # Ok(()) }
+    /// ```
+    pub fn held_lock(&self) -> HeldLock {
+        let held = self.held();
+        HeldLock::new(held.lock.keys.clone(), held.hold.clone(), held.lease)
     }
 
     fn held(&self) -> &Held {

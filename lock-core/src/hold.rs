@@ -64,6 +64,9 @@ pub(crate) struct Hold {
     valid_until_us: AtomicU64,
     /// Cancelled once the hold is known lost (or its deadline was seen to pass).
     lost: CancellationToken,
+    /// Cancelled once the hold ended normally (released to count zero, or
+    /// handed on) or was lost: nobody holds the lock through it any more.
+    ended: CancellationToken,
     /// Set by the first `mark_lost`, so the loss is logged once.
     lost_logged: AtomicBool,
     /// Redis confirmed the hold is gone (a renewal, re-entry or release
@@ -94,6 +97,7 @@ impl Hold {
             origin: sent_at,
             valid_until_us: AtomicU64::new(micros(validity(lease))),
             lost: CancellationToken::new(),
+            ended: CancellationToken::new(),
             lost_logged: AtomicBool::new(false),
             gone: AtomicBool::new(false),
         }))
@@ -161,6 +165,25 @@ impl Hold {
     pub(crate) fn mark_gone(&self, lock: &str, why: &str) {
         self.gone.store(true, Ordering::Release);
         self.mark_lost(lock, why);
+    }
+
+    /// The hold ended: its last count was released, or it was handed on,
+    /// or it is gone. Wakes every `ended()` future.
+    pub(crate) fn end(&self) {
+        self.ended.cancel();
+    }
+
+    /// Whether the hold ended (see [`end`](Self::end)).
+    pub(crate) fn has_ended(&self) -> bool {
+        self.ended.is_cancelled()
+    }
+
+    /// Resolves when the hold is lost or has ended, whichever comes first.
+    pub(crate) async fn ended(&self) {
+        tokio::select! {
+            _ = self.ended.cancelled() => {}
+            _ = self.lost() => {}
+        }
     }
 
     /// Whether Redis confirmed the hold is gone (see `mark_gone`).

@@ -260,6 +260,7 @@ mod default_client;
 mod error;
 mod eviction;
 mod guard;
+mod held;
 mod hold;
 mod inspect;
 mod keys;
@@ -280,9 +281,12 @@ pub use context::{in_context, LockContext};
 pub use default_client::{default_client, install_default};
 pub use error::{Error, Result};
 pub use guard::LockGuard;
+pub use held::HeldLock;
 pub use inspect::{LockOwner, LockStatus};
 pub use lock::{AcquireOptions, Lock};
 pub use tls::{PemSource, TlsConfig};
+/// The token type of [`HeldLock::cancellation_token`] (tokio-util's).
+pub use tokio_util::sync::CancellationToken;
 
 /// Takes a distributed lock around an `async fn` (feature `macros`).
 #[cfg(feature = "macros")]

@@ -73,6 +73,45 @@ where
     .await
 }
 
+/// `Result` returns with `cancel_on_lost`: like [`locked`], but when the
+/// lock is lost before the body completes, the body is dropped at its
+/// current await point and the call returns `Err(E::from(Error::Lost))`.
+pub async fn locked_cancel_on_lost<T, E, F>(
+    lock: Result<Lock>,
+    options: AcquireOptions,
+    body: F,
+) -> std::result::Result<T, E>
+where
+    E: From<Error>,
+    F: Future<Output = std::result::Result<T, E>>,
+{
+    in_context(async move {
+        let guard = acquire(lock, options).await.map_err(E::from)?;
+        let held = guard.held_lock();
+        let body = enter(&guard).scope(body);
+        let out = tokio::select! {
+            biased;
+            out = body => Some(out),
+            _ = held.lost() => None,
+        };
+        match out {
+            Some(out) => finish(guard, out).await,
+            None => {
+                tracing::warn!(
+                    lock = %held.key(),
+                    "lock lost while the locked call ran; the call was cancelled"
+                );
+                // Gives back whatever is left of the hold (`Lost` is known).
+                let _ = guard.release().await;
+                Err(E::from(Error::Lost {
+                    name: held.name().to_string(),
+                }))
+            }
+        }
+    })
+    .await
+}
+
 /// `()` / `Option<T>` returns with `skip_if_locked`: when the lock is not
 /// acquired the body does not run and the call returns `()` / `None`. Lock
 /// failures other than "held elsewhere" (Redis down, no default client) are
@@ -146,6 +185,14 @@ where
     F: Future<Output = std::result::Result<T, E>>,
 {
     let out = body.await;
+    finish(guard, out).await
+}
+
+/// Releases after the body's result `out`.
+async fn finish<T, E>(guard: LockGuard, out: std::result::Result<T, E>) -> std::result::Result<T, E>
+where
+    E: From<Error>,
+{
     match (out, guard.release().await) {
         (out, Ok(())) => out,
         (Ok(_), Err(err)) => Err(E::from(err)),

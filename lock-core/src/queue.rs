@@ -307,7 +307,9 @@ impl LocalQueues {
             state.queue.remove(i);
         }
         state.budget = state.queue.len();
-        state.holding = Some(holding);
+        if let Some(previous) = state.holding.replace(holding) {
+            previous.hold.end();
+        }
         state.step_back_until = None;
         // Taken from Redis: the script took this client out of the line.
         state.in_redis_line = false;
@@ -431,7 +433,9 @@ impl LocalQueues {
             None => true,
         };
         state.budget = state.budget.saturating_sub(1);
-        state.holding = Some(Holding::new(hold.clone()));
+        if let Some(previous) = state.holding.replace(Holding::new(hold.clone())) {
+            previous.hold.end(); // handed on
+        }
         if !abandoned {
             state.grants.push((waiter.id, hold));
             waiter.notify.notify_one();
@@ -477,7 +481,9 @@ impl LocalQueues {
             return;
         };
         if state.holding.as_ref().is_some_and(|h| h.is(owner)) {
-            state.holding = None;
+            if let Some(holding) = state.holding.take() {
+                holding.hold.end();
+            }
             if let Some(base) = base {
                 let window = (base * (1u32 << state.misses)).min(STEP_BACK_CEILING.max(base));
                 state.step_back_until = Some(Instant::now() + window);
