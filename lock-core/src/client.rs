@@ -1,13 +1,13 @@
 //! The client: connection pool, scripts, watchdog, pub/sub hub and the
 //! background task that releases dropped guards.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{Cmd, Value};
-use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::config::{ClientBuilder, ClientConfig, ErrorHook};
 use crate::connection::{build_pool, Manager, Pool};
@@ -55,6 +55,16 @@ pub(crate) struct Core {
     publish_denial_reported: std::sync::atomic::AtomicBool,
     /// Redis answered at least once (see `has_reached_redis`).
     reached_redis: std::sync::atomic::AtomicBool,
+    /// Cancelled by `LockClient::shutdown`: no new locks; waiting
+    /// acquisitions end with `Error::Closed`.
+    pub(crate) closed: CancellationToken,
+    /// Acquisitions running now (see `shutdown`).
+    pub(crate) acquiring: AtomicUsize,
+    /// Background work nobody awaits: releases of dropped guards,
+    /// cancellations of acquisitions whose reply was lost.
+    pub(crate) background: TaskTracker,
+    /// The runtime the client was built in: background work runs there.
+    pub(crate) runtime: tokio::runtime::Handle,
 }
 
 impl std::fmt::Debug for Core {
@@ -172,7 +182,7 @@ impl Core {
         loop {
             let Some(next) = self.queues.offer(&keys.lock, &owner) else {
                 let outcome = self
-                    .release(keys, &owner, lease_ms, || {
+                    .release(keys, &owner, lease_ms, false, || {
                         self.queues.release_stalled(&keys.lock, &owner)
                     })
                     .await;
@@ -265,6 +275,15 @@ impl Core {
                 }
             }
         }
+    }
+
+    /// Releases every count of the hold `owner` (shutdown): Ok(true) when
+    /// it existed, Ok(false) when it did not. No hand-off.
+    pub(crate) async fn release_all(&self, keys: &LockKeys, owner: &Arc<str>) -> Result<bool> {
+        let lease_ms = duration_ms(self.config.watchdog_timeout);
+        let outcome = self.release(keys, owner, lease_ms, true, || {}).await;
+        self.queues.ended(&keys.lock, owner);
+        outcome.map(|o| o != ReleaseOutcome::NotHeld)
     }
 
     /// Cancels an acquisition whose outcome is unknown (see `cancel.lua`):
@@ -382,12 +401,14 @@ impl Core {
         (keys.latch(&self.request_id()), self.latch_ms())
     }
 
-    /// Releases one hold of `owner` on the lock (no hand-off).
+    /// Releases one hold of `owner` on the lock (no hand-off); with `all`,
+    /// every count of it (shutdown).
     async fn release(
         &self,
         keys: &LockKeys,
         owner: &str,
         lease_ms: u64,
+        all: bool,
         on_retry: impl Fn(),
     ) -> Result<ReleaseOutcome> {
         let (latch, latch_ms) = self.latch(keys);
@@ -406,6 +427,7 @@ impl Core {
                 latch_ms,
                 &*self.client_id,
                 duration_ms(self.turn_window()),
+                if all { "1" } else { "0" },
             ),
         );
         let retried = std::sync::atomic::AtomicBool::new(false);
@@ -595,15 +617,17 @@ pub(crate) struct ClientInner {
     pub(crate) core: Arc<Core>,
     pub(crate) watchdog: Watchdog,
     pub(crate) pubsub: PubSub,
-    releases: mpsc::UnboundedSender<ReleaseJob>,
-    shutdown: CancellationToken,
+    /// Stops the watchdog and the pub/sub task.
+    pub(crate) stop_tasks: CancellationToken,
 }
 
 impl Drop for ClientInner {
     fn drop(&mut self) {
-        // Stops the watchdog and the pub/sub task. The release task ends by
-        // itself once it has drained the jobs already handed to it.
-        self.shutdown.cancel();
+        // The last handle is gone (guards hold one, so every guard is gone
+        // too): stop the watchdog and the pub/sub task, and let the
+        // releases of dropped guards finish where the runtime allows it.
+        self.stop_tasks.cancel();
+        crate::shutdown::flush_on_drop(&self.core);
     }
 }
 
@@ -679,7 +703,7 @@ impl LockClient {
         let manager = Manager::new(&config)?;
         let pubsub_client = manager.client().clone();
         let pool = build_pool(manager, config.pool_size, config.connect_timeout);
-        let shutdown = CancellationToken::new();
+        let stop_tasks = CancellationToken::new();
         let core = Arc::new(Core {
             client_id: Arc::from(uuid::Uuid::new_v4().to_string()),
             pool,
@@ -692,26 +716,27 @@ impl LockClient {
             error_hook,
             publish_denial_reported: std::sync::atomic::AtomicBool::new(false),
             reached_redis: std::sync::atomic::AtomicBool::new(false),
+            closed: CancellationToken::new(),
+            acquiring: AtomicUsize::new(0),
+            background: TaskTracker::new(),
+            runtime: tokio::runtime::Handle::current(),
             config,
         });
-        let watchdog = Watchdog::start(core.clone(), shutdown.clone());
+        let watchdog = Watchdog::start(core.clone(), stop_tasks.clone());
         let reporter = core.clone();
         let pubsub = PubSub::start(
             pubsub_client,
             core.config.connect_timeout,
             core.config.command_timeout,
-            shutdown.clone(),
+            stop_tasks.clone(),
             Box::new(move |e| reporter.report(&Error::Redis(e.clone()))),
         );
-        let (releases, rx) = mpsc::unbounded_channel();
-        tokio::spawn(release_worker(core.clone(), rx));
         Ok(LockClient {
             inner: Arc::new(ClientInner {
                 core,
                 watchdog,
                 pubsub,
-                releases,
-                shutdown,
+                stop_tasks,
             }),
         })
     }
@@ -786,43 +811,46 @@ impl LockClient {
         self.inner.watchdog.len()
     }
 
-    /// Hands a release to the background task (from `Drop`, without awaiting).
+    /// Hands a release to the background (from `Drop`, without awaiting).
+    /// It runs on the client's runtime, whatever thread drops the guard.
     pub(crate) fn release_in_background(&self, job: ReleaseJob) {
-        if let Err(mpsc::error::SendError(job)) = self.inner.releases.send(job) {
-            tracing::warn!(lock = %job.keys().lock, "lock client is shutting down; the lock will expire with its lease");
-        }
+        self.inner.core.spawn_job(job);
     }
 }
 
-async fn release_worker(core: Arc<Core>, mut jobs: mpsc::UnboundedReceiver<ReleaseJob>) {
-    while let Some(job) = jobs.recv().await {
-        let core = core.clone();
-        tokio::spawn(async move {
-            let outcome = match &job {
-                ReleaseJob::Release {
-                    keys,
-                    owner,
-                    lease_ms,
-                } => core.release_hold(keys, owner, *lease_ms).await,
-                ReleaseJob::Cancel {
-                    keys,
-                    owner,
-                    mode,
-                    latch,
-                    lease_ms,
-                } => core.cancel(keys, owner, *mode, latch, *lease_ms).await,
-                ReleaseJob::StopWaiting { keys } => core.stop_waiting(keys).await,
-            };
-            match outcome {
-                Ok(done) => {
-                    tracing::debug!(lock = %job.keys().lock, done, "lock released in background")
+impl Core {
+    /// Runs `job` as background work of this client (see `background`).
+    pub(crate) fn spawn_job(self: &Arc<Self>, job: ReleaseJob) {
+        let core = self.clone();
+        self.background.spawn_on(
+            async move {
+                let outcome = match &job {
+                    ReleaseJob::Release {
+                        keys,
+                        owner,
+                        lease_ms,
+                    } => core.release_hold(keys, owner, *lease_ms).await,
+                    ReleaseJob::Cancel {
+                        keys,
+                        owner,
+                        mode,
+                        latch,
+                        lease_ms,
+                    } => core.cancel(keys, owner, *mode, latch, *lease_ms).await,
+                    ReleaseJob::StopWaiting { keys } => core.stop_waiting(keys).await,
+                };
+                match outcome {
+                    Ok(done) => {
+                        tracing::debug!(lock = %job.keys().lock, done, "lock released in background")
+                    }
+                    Err(e) => {
+                        tracing::warn!(lock = %job.keys().lock, error = %e, "background lock release failed; the lock expires with its lease");
+                        core.report(&e);
+                    }
                 }
-                Err(e) => {
-                    tracing::warn!(lock = %job.keys().lock, error = %e, "background lock release failed; the lock expires with its lease");
-                    core.report(&e);
-                }
-            }
-        });
+            },
+            &self.runtime,
+        );
     }
 }
 

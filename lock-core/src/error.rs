@@ -113,6 +113,11 @@ pub enum Error {
          or give #[distributed_lock] a `client = ...`"
     )]
     NoDefaultClient,
+
+    /// The client was shut down ([`LockClient::shutdown`](crate::LockClient::shutdown)):
+    /// it takes no new locks, and waiting acquisitions end with this error.
+    #[error("the lock client was shut down; it takes no new locks")]
+    Closed,
 }
 
 impl Error {
@@ -179,6 +184,16 @@ impl Error {
     /// ```
     pub fn is_no_default_client(&self) -> bool {
         matches!(self, Error::NoDefaultClient)
+    }
+
+    /// The client was shut down and takes no new locks.
+    ///
+    /// ```
+    /// # use lock_core::Error;
+    /// assert!(Error::Closed.is_closed());
+    /// ```
+    pub fn is_closed(&self) -> bool {
+        matches!(self, Error::Closed)
     }
 
     /// True for failures worth retrying on another connection: I/O errors,
@@ -299,8 +314,9 @@ mod tests {
             Error::InvalidName { reason: "x".into() },
             Error::PoolTimeout,
             Error::NoDefaultClient,
+            Error::Closed,
         ];
-        let flags: Vec<[bool; 6]> = all
+        let flags: Vec<[bool; 7]> = all
             .iter()
             .map(|e| {
                 [
@@ -310,6 +326,7 @@ mod tests {
                     e.is_invalid_input(),
                     e.is_redis(),
                     e.is_no_default_client(),
+                    e.is_closed(),
                 ]
             })
             .collect();

@@ -186,6 +186,16 @@ impl Hold {
         }
     }
 
+    /// The client shut down and gave the hold up (released it, or stopped
+    /// renewing it): lost for its guards, nothing left to release; logged
+    /// by the caller, not as a loss.
+    pub(crate) fn give_up(&self) {
+        self.gone.store(true, Ordering::Release);
+        self.lost_logged.store(true, Ordering::Release);
+        self.lost.cancel();
+        self.ended.cancel();
+    }
+
     /// Whether Redis confirmed the hold is gone (see `mark_gone`).
     pub(crate) fn is_gone(&self) -> bool {
         self.gone.load(Ordering::Acquire)

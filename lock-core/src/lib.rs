@@ -268,6 +268,7 @@ mod lock;
 mod pubsub;
 mod queue;
 mod scripts;
+mod shutdown;
 mod tls;
 mod watchdog;
 
@@ -284,6 +285,7 @@ pub use guard::LockGuard;
 pub use held::HeldLock;
 pub use inspect::{LockOwner, LockStatus};
 pub use lock::{AcquireOptions, Lock};
+pub use shutdown::ShutdownReport;
 pub use tls::{PemSource, TlsConfig};
 /// The token type of [`HeldLock::cancellation_token`] (tokio-util's).
 pub use tokio_util::sync::CancellationToken;

@@ -1,5 +1,6 @@
 //! The lock handle: acquire (blocking, bounded, try), inspect, force-unlock.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -317,6 +318,12 @@ impl Lock {
 
     async fn acquire_inner(&self, options: AcquireOptions) -> Result<Option<LockGuard>> {
         options.validate()?;
+        let core = &self.client.inner.core;
+        core.acquiring.fetch_add(1, Ordering::SeqCst);
+        let _running = Running(&core.acquiring);
+        if core.closed.is_cancelled() {
+            return Err(Error::Closed);
+        }
         let span = tracing::debug_span!("lock.acquire", lock = %self.keys.lock);
         self.acquire_in_context(LockContext::current(), options)
             .instrument(span)
@@ -396,8 +403,12 @@ impl Lock {
             lock: self.clone(),
             waiter,
         };
-        self.wait_in_line(&ticket, context, options, started, deadline)
-            .await
+        let closed = &self.client.inner.core.closed;
+        tokio::select! {
+            out = self.wait_in_line(&ticket, context, options, started, deadline) => out,
+            // Shut down: the wait ends (cancel-safe, like a dropped acquire).
+            _ = closed.cancelled() => Err(Error::Closed),
+        }
     }
 
     /// Waits for the ticket's turn: a hand-off from a local holder, or, at
@@ -991,6 +1002,15 @@ impl Drop for Ticket {
                 lease_ms: lease_ms(self.waiter.lease, core.config.watchdog_timeout),
             });
         }
+    }
+}
+
+/// Counts one running acquisition (see `LockClient::shutdown`).
+struct Running<'a>(&'a AtomicUsize);
+
+impl Drop for Running<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

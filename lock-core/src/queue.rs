@@ -463,6 +463,19 @@ impl LocalQueues {
         }
     }
 
+    /// Every hold this client has now, by lock key (for shutdown).
+    pub(crate) fn holdings(&self) -> Vec<(String, Arc<Hold>)> {
+        self.locked()
+            .iter()
+            .filter_map(|(key, state)| {
+                state
+                    .holding
+                    .as_ref()
+                    .map(|h| (key.clone(), h.hold.clone()))
+            })
+            .collect()
+    }
+
     /// The hold `owner` ended: released in Redis, found not held, or lost.
     /// The head is told, so it can contend.
     pub(crate) fn ended(&self, key: &str, owner: &str) {

@@ -3,7 +3,8 @@
 -- KEYS[4] the clients waiting (sorted set), KEYS[5] the client whose turn it is
 -- ARGV[1] owner id, ARGV[2] lease in ms (at least this long while holds remain),
 -- ARGV[3] unlock message, ARGV[4] latch lifetime in ms, ARGV[5] the releasing
--- client's id, ARGV[6] how long in ms the next client's turn is kept for it
+-- client's id, ARGV[6] how long in ms the next client's turn is kept for it,
+-- ARGV[7] '1' to release every count of the hold at once (client shutdown)
 -- When the lock is freed and other clients wait, the turn goes to the one
 -- that has waited longest (not the releasing client): for ARGV[6] ms only it
 -- may take the lock, and it leaves the waiting set (if it does not come,
@@ -22,7 +23,7 @@ end
 if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
   return nil
 end
-if redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
+if ARGV[7] ~= '1' and redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
   local result = 0
   -- the remaining holds keep at least their lease; never shorten it
   if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then

@@ -1,0 +1,205 @@
+//! Ending a client: no new locks, every hold given back, background
+//! releases finished — so a deploy leaves no lock behind.
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use tokio::runtime::RuntimeFlavor;
+use tokio::time::Instant;
+
+use crate::client::{Core, LockClient};
+use crate::keys::LockKeys;
+
+/// What [`LockClient::shutdown`] did.
+///
+/// ```no_run
+/// # async fn demo(client: lock_core::LockClient) {
+/// let report = client.shutdown(std::time::Duration::from_secs(5)).await;
+/// assert!(report.is_complete(), "{report:?}");
+/// # }
+/// ```
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct ShutdownReport {
+    /// Holds released in Redis by the shutdown.
+    pub released: usize,
+    /// Holds that were already gone from Redis (expired or taken away).
+    pub not_held: usize,
+    /// Holds whose release failed (Redis unreachable): they expire with
+    /// their lease, no longer renewed.
+    pub failed: usize,
+    /// Everything (acquisitions ending, releases, background releases of
+    /// dropped guards) finished before the time-out.
+    pub finished_in_time: bool,
+}
+
+impl ShutdownReport {
+    /// Every hold was given back (or was already gone) and every
+    /// background release finished, within the time-out.
+    ///
+    /// ```
+    /// assert!(!lock_core::ShutdownReport::default().is_complete());
+    /// ```
+    pub fn is_complete(&self) -> bool {
+        self.finished_in_time && self.failed == 0
+    }
+}
+
+impl LockClient {
+    /// Shuts the client down for a graceful exit (a deploy, SIGTERM):
+    ///
+    /// 1. it takes no new locks: acquisitions started from now on, and
+    ///    acquisitions still waiting, end with [`Error::Closed`](crate::Error::Closed);
+    /// 2. it releases every hold it has in Redis, all counts at once (the
+    ///    next waiter of another replica is woken at once), and stops
+    ///    renewing; guards of those holds report the lock as no longer held
+    ///    (`is_held()` false, `lost()` resolves) and their release or drop
+    ///    makes no further Redis call;
+    /// 3. it waits for the background releases of guards dropped earlier.
+    ///
+    /// All of it bounded by `timeout`; what did not finish in time expires
+    /// with its lease. Applies to every clone of this client. Call it after
+    /// the server stopped taking requests (for axum, after
+    /// `with_graceful_shutdown` returned), so that requests in flight had
+    /// their chance to finish.
+    ///
+    /// Dropping the last handle of a client (every guard holds one) also
+    /// waits, bounded by the command time-out, for the background releases
+    /// of dropped guards, when the client runs on a multi-threaded runtime;
+    /// on a `current_thread` runtime, call `shutdown` before the end of
+    /// `main`.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: lock_core::LockClient) -> lock_core::Result<()> {
+    /// use std::time::Duration;
+    ///
+    /// let guard = client.lock("job")?.acquire().await?;
+    /// let report = client.shutdown(Duration::from_secs(5)).await;
+    /// assert_eq!(report.released, 1);
+    /// assert!(!guard.is_held());
+    /// assert!(client.lock("job")?.acquire().await.unwrap_err().is_closed());
+    /// # Ok(()) }
+    /// ```
+    pub async fn shutdown(&self, timeout: Duration) -> ShutdownReport {
+        let core = self.inner.core.clone();
+        let deadline = Instant::now() + timeout;
+        core.closed.cancel();
+        tracing::info!(client = %core.client_id, "lock client shutting down");
+        let mut report = ShutdownReport::default();
+        // Acquisitions see `closed` at their next poll and end; one that
+        // got its lock meanwhile is among the holds released below.
+        let drained = tokio::time::timeout_at(deadline, async {
+            while core.acquiring.load(Ordering::SeqCst) > 0 {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await
+        .is_ok();
+        // No more renewals: a hold whose release fails expires with its lease.
+        self.inner.stop_tasks.cancel();
+        let holds = core.queues.holdings();
+        let releases = holds.iter().map(|(key, hold)| {
+            let core = core.clone();
+            async move {
+                let keys = keys_of(&core, key)?;
+                let outcome = core.release_all(&keys, &hold.owner).await;
+                hold.give_up();
+                Some(outcome)
+            }
+        });
+        let released = tokio::time::timeout_at(deadline, join_all(releases)).await;
+        let mut finished = drained;
+        match released {
+            Ok(outcomes) => {
+                for outcome in outcomes {
+                    match outcome {
+                        Some(Ok(true)) => report.released += 1,
+                        Some(Ok(false)) => report.not_held += 1,
+                        Some(Err(e)) => {
+                            tracing::warn!(error = %e, "releasing a lock at shutdown failed; it expires with its lease");
+                            report.failed += 1;
+                        }
+                        None => report.failed += 1,
+                    }
+                }
+            }
+            Err(_) => {
+                finished = false;
+                report.failed = holds.len();
+            }
+        }
+        for (_, hold) in &holds {
+            hold.give_up();
+        }
+        core.background.close();
+        finished &= tokio::time::timeout_at(deadline, core.background.wait())
+            .await
+            .is_ok();
+        report.finished_in_time = finished;
+        tracing::info!(
+            client = %core.client_id,
+            released = report.released,
+            not_held = report.not_held,
+            failed = report.failed,
+            finished_in_time = report.finished_in_time,
+            "lock client shut down"
+        );
+        report
+    }
+}
+
+/// The keys of the lock whose full key is `key`.
+fn keys_of(core: &Core, key: &str) -> Option<LockKeys> {
+    let prefix = &core.config.key_prefix;
+    let name = key.strip_prefix(prefix.as_str())?;
+    LockKeys::new(prefix, name, usize::MAX).ok()
+}
+
+/// The last handle of a client is gone: waits, bounded by the command
+/// time-out, for background releases still running, when that cannot
+/// stall the runtime they need (a multi-threaded one). Never panics.
+pub(crate) fn flush_on_drop(core: &Arc<Core>) {
+    core.background.close();
+    if core.background.is_empty() {
+        return;
+    }
+    if core.runtime.runtime_flavor() != RuntimeFlavor::MultiThread {
+        tracing::debug!(
+            pending = core.background.len(),
+            "lock client dropped on a current_thread runtime with releases pending; \
+             call LockClient::shutdown before the end of main to wait for them"
+        );
+        return;
+    }
+    let limit = core.config.command_timeout;
+    let wait = {
+        let core = core.clone();
+        move || {
+            core.runtime.block_on(async {
+                let _ = tokio::time::timeout(limit, core.background.wait()).await;
+            })
+        }
+    };
+    let outcome = match tokio::runtime::Handle::try_current() {
+        // Inside a runtime: only a multi-threaded one lets this thread block.
+        Ok(current) if current.runtime_flavor() == RuntimeFlavor::MultiThread => {
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                tokio::task::block_in_place(wait)
+            }))
+        }
+        Ok(_) => {
+            tracing::debug!(
+                "lock client dropped inside a current_thread runtime with releases pending"
+            );
+            return;
+        }
+        // Outside any runtime (its handle may belong to a runtime that is
+        // shutting down: a panic there must not escape a Drop).
+        Err(_) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(wait)),
+    };
+    if outcome.is_err() {
+        tracing::debug!("background lock releases could not be awaited at client drop");
+    }
+}

@@ -1,0 +1,218 @@
+//! `LockClient::shutdown` and the flush of pending releases when the last
+//! client handle is dropped: a deploy leaves no lock behind. Judged by a
+//! raw connection reading Redis, never by the library's own view.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use lock_core::{AcquireOptions, LockClient};
+
+const ROLE: &str = "LOCK_TESTS_SHUTDOWN_ROLE";
+const URL: &str = "LOCK_TESTS_SHUTDOWN_URL";
+const NAME: &str = "LOCK_TESTS_SHUTDOWN_NAME";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_releases_every_hold_and_takes_no_new_locks() {
+    let env = common::env(30_000);
+    let mut raw = common::raw(&env.server).await;
+    let client = env.client.clone();
+
+    // A watchdog hold, a fixed-lease hold, and a hold re-entered twice.
+    let a = client.lock("sd:a").unwrap();
+    let b = client.lock("sd:b").unwrap();
+    let c = client.lock("sd:c").unwrap();
+    let guard_a = a.acquire().await.unwrap();
+    let guard_b = b.acquire_with_lease(Duration::from_secs(60)).await.unwrap();
+    let (outer_c, inner_c) = lock_core::in_context(async {
+        let outer = c.acquire().await.unwrap();
+        let inner = c.acquire().await.unwrap();
+        (outer, inner)
+    })
+    .await;
+    assert_eq!(c.hold_count().await.unwrap(), 0, "not this task's context");
+    let field_count: i64 = common::cmd(&mut raw, &["HGET", "sd:c", outer_c.owner_id()]).await;
+    assert_eq!(field_count, 2);
+
+    // Another client waits for sd:a; a waiter of this client waits for a
+    // lock the other client holds.
+    let other = common::client_for(&env.server, 30_000);
+    let d = other.lock("sd:d").unwrap();
+    let other_holds_d = d.acquire().await.unwrap();
+    let other_a = other.lock("sd:a").unwrap();
+    let other_waits = tokio::spawn(async move {
+        let started = Instant::now();
+        let guard = other_a.acquire_timeout(Duration::from_secs(20)).await;
+        (guard.map(|g| g.fencing_token()), started.elapsed())
+    });
+    let ours_d = client.lock("sd:d").unwrap();
+    let our_waiter = tokio::spawn(async move { ours_d.acquire().await.map(|_| ()) });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let started = Instant::now();
+    let report = client.shutdown(Duration::from_secs(5)).await;
+    let took = started.elapsed();
+    println!("shutdown: {report:?} in {took:?}");
+    assert_eq!(report.released, 3, "{report:?}");
+    assert_eq!((report.not_held, report.failed), (0, 0), "{report:?}");
+    assert!(report.is_complete(), "{report:?}");
+
+    // Redis, read by a raw connection: none of our locks remains.
+    for key in ["sd:a", "sd:b", "sd:c"] {
+        let exists: i64 = common::cmd(&mut raw, &["EXISTS", key]).await;
+        assert_eq!(exists, 0, "{key} left behind by shutdown");
+    }
+    // Our waiter ended with Closed; new acquisitions are refused.
+    let waited = common::within(Duration::from_secs(2), "our waiter", our_waiter).await;
+    assert!(
+        matches!(waited, Ok(Err(ref e)) if e.is_closed()),
+        "{waited:?}"
+    );
+    let refused = client.lock("sd:e").unwrap().acquire().await;
+    assert!(
+        matches!(refused, Err(ref e) if e.is_closed()),
+        "{refused:?}"
+    );
+    let refused = client.lock("sd:e").unwrap().try_acquire().await;
+    assert!(
+        matches!(refused, Err(ref e) if e.is_closed()),
+        "{refused:?}"
+    );
+    // The other client got sd:a at once, not after a 30 s lease.
+    let (got, waited) = common::within(Duration::from_secs(5), "other client", other_waits)
+        .await
+        .unwrap();
+    assert!(got.is_ok(), "{got:?}");
+    assert!(waited < Duration::from_secs(3), "waited {waited:?}");
+
+    // The guards know: not held, lost() ready, release makes no Redis call.
+    for guard in [&guard_a, &guard_b, &outer_c, &inner_c] {
+        assert!(!guard.is_held());
+        common::within(Duration::from_millis(100), "lost()", guard.lost()).await;
+    }
+    // The other client's hold of sd:d was not touched.
+    let d_holder: i64 = common::cmd(&mut raw, &["HGET", "sd:d", other_holds_d.owner_id()]).await;
+    assert_eq!(d_holder, 1);
+    other_holds_d.release().await.unwrap();
+    drop(other);
+    let scripts_before = script_calls(&mut raw).await;
+    assert!(guard_a.release().await.unwrap_err().is_lost());
+    drop((guard_b, outer_c, inner_c));
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let scripts_after = script_calls(&mut raw).await;
+    assert_eq!(
+        scripts_after, scripts_before,
+        "guards of given-up holds ran scripts in Redis"
+    );
+}
+
+/// EVALSHA and EVAL calls the server has run (INFO commandstats).
+async fn script_calls(raw: &mut redis::aio::MultiplexedConnection) -> i64 {
+    let info: String = common::cmd(raw, &["INFO", "commandstats"]).await;
+    info.lines()
+        .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
+        .filter_map(|l| l.split("calls=").nth(1))
+        .filter_map(|v| v.split(',').next())
+        .filter_map(|v| v.parse::<i64>().ok())
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shutdown_with_redis_unreachable_is_bounded_and_says_so() {
+    let env = common::env(30_000);
+    let guard = env.client.lock("sd:down").unwrap().acquire().await.unwrap();
+    env.server.pause().unwrap();
+    let started = Instant::now();
+    let report = env.client.shutdown(Duration::from_millis(800)).await;
+    let took = started.elapsed();
+    env.server.resume().unwrap();
+    println!("shutdown with Redis paused: {report:?} in {took:?}");
+    assert!(took < Duration::from_secs(2), "took {took:?}");
+    assert!(!report.is_complete(), "{report:?}");
+    assert_eq!(report.released, 0);
+    assert!(!guard.is_held());
+}
+
+/// The case: a guard dropped just before `main` returns. The child
+/// runs a multi-threaded runtime (as `#[tokio::main]` does), acquires,
+/// drops the guard and returns; the release must have reached Redis
+/// before the process ended. 10 runs, every one checked.
+#[test]
+fn a_guard_dropped_at_the_end_of_main_is_released() {
+    let server = common::server();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut raw = rt.block_on(common::raw(&server));
+    for run in 0..10 {
+        let name = format!("sd:end-of-main:{run}");
+        let child = common::spawn_child(
+            &[
+                (ROLE, "drop-at-end".into()),
+                (URL, server.url()),
+                (NAME, name.clone()),
+            ],
+            Stdio::null(),
+        );
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "child failed: {out:?}");
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            stdout.contains("held"),
+            "child did not take the lock: {stdout}"
+        );
+        let exists: i64 = rt.block_on(common::cmd(&mut raw, &["EXISTS", &name]));
+        assert_eq!(exists, 0, "run {run}: the lock outlived the process");
+    }
+}
+
+/// Planted violation for the check above: a child that exits without
+/// letting its runtime finish (`process::exit` right after the drop)
+/// leaves the lock behind, and the same check sees it.
+#[test]
+fn the_end_of_main_check_sees_a_lock_left_behind() {
+    let server = common::server();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let mut raw = rt.block_on(common::raw(&server));
+    let name = "sd:end-of-main:planted";
+    let child = common::spawn_child(
+        &[
+            (ROLE, "exit-at-once".into()),
+            (URL, server.url()),
+            (NAME, name.into()),
+        ],
+        Stdio::null(),
+    );
+    let out = child.wait_with_output().unwrap();
+    assert!(String::from_utf8_lossy(&out.stdout).contains("held"));
+    let exists: i64 = rt.block_on(common::cmd(&mut raw, &["EXISTS", name]));
+    assert_eq!(exists, 1, "the planted leftover must be seen");
+}
+
+#[test]
+#[ignore = "child process entry point; run by the tests above"]
+fn child_process() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let url = std::env::var(URL).unwrap_or_default();
+    let name = std::env::var(NAME).unwrap_or_default();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    runtime.block_on(async move {
+        let client = LockClient::builder(url).build().unwrap();
+        let lock = client.lock(&name).unwrap();
+        let guard = lock
+            .acquire_with(AcquireOptions::new().lease(Duration::from_secs(60)))
+            .await
+            .unwrap();
+        println!("held {}", guard.fencing_token());
+        drop(guard);
+        if role == "exit-at-once" {
+            std::process::exit(0);
+        }
+        // `main` returns: `lock` and `client` drop here, the runtime after.
+    });
+}
