@@ -114,6 +114,40 @@ impl Ledger {
             .await
     }
 
+    /// The lock keys of this run that exist in Redis now (the account
+    /// locks `example:<run>:account:<id>`, hashes in Redisson's layout).
+    /// Empty once every server gave its locks back.
+    ///
+    /// ```no_run
+    /// # async fn demo(mut ledger: lock_examples::ledger::Ledger) -> redis::RedisResult<()> {
+    /// assert!(ledger.lock_keys().await?.is_empty());
+    /// # Ok(()) }
+    /// ```
+    pub async fn lock_keys(&mut self) -> redis::RedisResult<Vec<String>> {
+        let pattern = format!("example:{}:account:*", self.run);
+        let mut found = Vec::new();
+        let mut cursor: u64 = 0;
+        // Bounded: a full SCAN of a test database takes a few rounds.
+        for _ in 0..100_000 {
+            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+                .arg(cursor)
+                .arg("MATCH")
+                .arg(&pattern)
+                .arg("TYPE")
+                .arg("hash")
+                .arg("COUNT")
+                .arg(1000)
+                .query_async(&mut self.redis)
+                .await?;
+            found.extend(keys);
+            cursor = next;
+            if cursor == 0 {
+                break;
+            }
+        }
+        Ok(found)
+    }
+
     /// Withdraws `amount` from `account` if the balance allows: read the
     /// balance, wait [`WORK`], write it back. Safe only when withdrawals
     /// from one account never run at the same time.

@@ -1,5 +1,5 @@
 //! The attribute's arguments: `key = "..."`, `wait = "5s"`, `lease = "30s"`,
-//! `client = <expr>`, `skip_if_locked`, `crate = "path"`.
+//! `client = <expr>`, `skip_if_locked`, `cancel_on_lost`, `crate = "path"`.
 
 use proc_macro2::Span;
 use syn::ext::IdentExt;
@@ -9,7 +9,8 @@ use syn::{Expr, Ident, LitStr, Path, Token};
 use crate::template::KeyTemplate;
 
 /// Every option the attribute takes, in the order the docs list them.
-const OPTIONS: &str = "`key`, `wait`, `lease`, `client`, `skip_if_locked`, `crate`";
+const OPTIONS: &str =
+    "`key`, `wait`, `lease`, `client`, `skip_if_locked`, `cancel_on_lost`, `crate`";
 
 /// The longest lease lock-core accepts (365 days), in milliseconds.
 const MAX_LEASE_MS: u64 = 365 * 24 * 60 * 60 * 1000;
@@ -30,6 +31,8 @@ pub(crate) struct Args {
     pub(crate) client: Option<Expr>,
     /// The `skip_if_locked` token, when given.
     pub(crate) skip_if_locked: Option<Ident>,
+    /// The `cancel_on_lost` token, when given.
+    pub(crate) cancel_on_lost: Option<Ident>,
     /// The path to lock-core (`::lock_core` unless `crate = "..."`).
     pub(crate) krate: Path,
 }
@@ -42,6 +45,7 @@ struct Partial {
     lease: Option<DurationArg>,
     client: Option<Expr>,
     skip_if_locked: Option<Ident>,
+    cancel_on_lost: Option<Ident>,
     krate: Option<Path>,
 }
 
@@ -75,13 +79,12 @@ impl Parse for Args {
                     set_once(&mut partial.client, expr, &name)?;
                 }
                 "skip_if_locked" => {
-                    if input.peek(Token![=]) {
-                        return Err(syn::Error::new_spanned(
-                            &name,
-                            "`skip_if_locked` takes no value: write `skip_if_locked` alone",
-                        ));
-                    }
+                    flag(input, &name)?;
                     set_once(&mut partial.skip_if_locked, name.clone(), &name)?;
+                }
+                "cancel_on_lost" => {
+                    flag(input, &name)?;
+                    set_once(&mut partial.cancel_on_lost, name.clone(), &name)?;
                 }
                 "crate" => {
                     let lit = value::<LitStr>(input)?;
@@ -111,17 +114,36 @@ impl Parse for Args {
                 "missing `key`: write #[distributed_lock(key = \"orders:{order_id}\")]",
             ));
         };
+        if let (Some(cancel), Some(_)) = (&partial.cancel_on_lost, &partial.skip_if_locked) {
+            return Err(syn::Error::new_spanned(
+                cancel,
+                "`cancel_on_lost` cannot be combined with `skip_if_locked`: remove one of them \
+                 (`cancel_on_lost` waits for the lock and reports a lost lock as `Err`)",
+            ));
+        }
         Ok(Args {
             key,
             wait: partial.wait,
             lease: partial.lease,
             client: partial.client,
             skip_if_locked: partial.skip_if_locked,
+            cancel_on_lost: partial.cancel_on_lost,
             krate: partial
                 .krate
                 .unwrap_or_else(|| syn::parse_quote!(::lock_core)),
         })
     }
+}
+
+/// Checks that a flag option (`skip_if_locked`, `cancel_on_lost`) has no value.
+fn flag(input: ParseStream<'_>, name: &Ident) -> syn::Result<()> {
+    if input.peek(Token![=]) {
+        return Err(syn::Error::new_spanned(
+            name,
+            format!("`{name}` takes no value: write `{name}` alone"),
+        ));
+    }
+    Ok(())
 }
 
 /// Parses `= <value>` after an option's name.
@@ -210,6 +232,10 @@ mod tests {
             crate = "::facade::locks",
         ))
         .unwrap_or_else(|e| panic!("{e}"));
+        let cancel =
+            parse(quote::quote!(key = "a", cancel_on_lost)).unwrap_or_else(|e| panic!("{e}"));
+        assert!(cancel.cancel_on_lost.is_some());
+        assert!(cancel.skip_if_locked.is_none());
         assert_eq!(args.wait.map(|d| d.millis), Some(250));
         assert_eq!(args.lease.map(|d| d.millis), Some(120_000));
         assert!(args.client.is_some());
@@ -253,5 +279,15 @@ mod tests {
         assert!(err(quote::quote!(key = "a", lease = "9000h")).contains("at most 365 days"));
         assert!(err(quote::quote!(key = "a", skip_if_locked = true)).contains("takes no value"));
         assert!(err(quote::quote!(key = "a", crate = "not a path")).contains("path to lock-core"));
+        assert!(err(quote::quote!(key = "a", cancel_on_lost = true)).contains("takes no value"));
+        assert!(
+            err(quote::quote!(key = "a", cancel_on_lost, cancel_on_lost))
+                .contains("duplicate option `cancel_on_lost`")
+        );
+        assert!(
+            err(quote::quote!(key = "a", skip_if_locked, cancel_on_lost))
+                .contains("cannot be combined with `skip_if_locked`")
+        );
+        assert!(err(quote::quote!(key = "a", timeout = "1s")).contains("`cancel_on_lost`"));
     }
 }

@@ -11,7 +11,7 @@ use proc_macro2::{Group, Span, TokenStream, TokenTree};
 use quote::{quote, quote_spanned};
 use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
-use syn::{Ident, ItemFn, ReturnType, TraitItemFn, Type};
+use syn::{AttrStyle, Ident, ItemFn, ReturnType, TraitItemFn, Type};
 
 use crate::args::Args;
 use crate::signature::{self, Mode};
@@ -64,7 +64,11 @@ fn expand(args: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
             return Err(err);
         }
     };
-    let mode = signature::mode(&func.sig, args.skip_if_locked.as_ref());
+    let flags = signature::Flags {
+        skip_if_locked: args.skip_if_locked.as_ref(),
+        cancel_on_lost: args.cancel_on_lost.as_ref(),
+    };
+    let mode = signature::mode(&func.sig, flags);
     let names = signature::argument_names(&func.sig);
     let key = key_expr(&args, &names, &func.sig.ident);
     match (mode, key) {
@@ -182,6 +186,7 @@ fn build(func: &ItemFn, args: &Args, mode: Mode, key: TokenStream) -> TokenStrea
 
     let runner = match mode {
         Mode::Fail => quote!(locked),
+        Mode::CancelOnLost => quote!(locked_cancel_on_lost),
         Mode::Skip => quote!(locked_or_skip),
         Mode::SkipResult => quote!(locked_or_skip_result),
     };
@@ -206,29 +211,38 @@ fn build(func: &ItemFn, args: &Args, mode: Mode, key: TokenStream) -> TokenStrea
         return_span,
     );
 
+    // The body's own statements, spliced into the `async move` block rather
+    // than nested as a block in it: a one-expression body such as
+    // `{ Ok(id) }` would otherwise be a block in tail position, which rustc
+    // flags as `unused_braces` (with a suggestion that does not compile).
+    // syn keeps the body's inner attributes (`#![allow(..)]`) with the fn's
+    // attributes; they go back at the top of the new body.
+    let outer = attrs.iter().filter(|a| matches!(a.style, AttrStyle::Outer));
+    let inner = attrs
+        .iter()
+        .filter(|a| matches!(a.style, AttrStyle::Inner(_)));
+    let stmts = &block.stmts;
+
     quote! {
-        #(#attrs)*
+        #(#outer)*
         #vis #sig {
+            #(#inner)*
             let __lock_handle = #handle;
             let __lock_options = #options;
             // Pinned here, in the fn's own future: the support function gets a
             // pointer, so the body's state is stored once, not once per layer.
             let __lock_body = #private::pin!(async move {
-                #[allow(
-                    unknown_lints,
-                    unreachable_code,
-                    clippy::diverging_sub_expression,
-                    clippy::empty_loop,
-                    clippy::let_unit_value,
-                    clippy::let_with_type_underscore,
-                    clippy::needless_return,
-                    clippy::unreachable
-                )]
+                // Never runs; gives the block its output type, so that `?`
+                // and `return` in the body convert to the fn's return type.
+                // A closure that is never called rather than a diverging
+                // expression: nothing here is unreachable, so no lint fires
+                // and no `#[allow]` is needed (which a crate's
+                // `#![forbid(..)]` would reject).
                 if false {
-                    let __lock_return: #output = loop {};
-                    return __lock_return;
+                    let __lock_output = || -> #output { loop {} };
+                    return __lock_output();
                 }
-                #block
+                #(#stmts)*
             });
             #call
         }
@@ -297,12 +311,14 @@ mod tests {
             ":: lock_core :: __private :: default_lock (& :: lock_core :: __private :: format ! (\"stock:{}\" , sku))",
             "let __lock_body = :: lock_core :: __private :: pin ! (async move",
             ":: lock_core :: __private :: locked (__lock_handle , __lock_options , __lock_body) . await",
-            "let __lock_return : Result < u32 , ShopError > = loop { } ;",
-            "{ Ok (qty) }",
+            "let __lock_output = || -> Result < u32 , ShopError > { loop { } } ;",
+            "return __lock_output () ; } Ok (qty) }) ;",
         ] {
             assert!(out.contains(part), "missing `{part}` in\n{out}");
         }
         assert!(!out.contains("compile_error"), "{out}");
+        // No `#[allow]` that could hide (or, under `forbid`, reject) a lint.
+        assert!(!out.contains("allow"), "{out}");
     }
 
     #[test]
@@ -373,7 +389,7 @@ mod tests {
             ),
         );
         assert!(
-            out.contains("let __lock_return : Result < _ , E >"),
+            out.contains("let __lock_output = || -> Result < _ , E >"),
             "{out}"
         );
     }

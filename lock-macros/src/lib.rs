@@ -22,8 +22,12 @@
 //! }
 //! ```
 //!
-//! Every option, the return types it supports and what the generated code
-//! does are described on [`distributed_lock`].
+//! Inside the body, `lock_core::HeldLock::current()` is the lock the call
+//! holds (its fencing token, whether it is still held, a signal when it is
+//! lost), with no further call to Redis; `cancel_on_lost` stops the body
+//! when the lock is lost. Every option, the return types it supports, what
+//! a caller should do with `Err(Lost)` and what the generated code does are
+//! described on [`distributed_lock`].
 #![deny(missing_docs)]
 
 mod args;
@@ -87,6 +91,7 @@ use proc_macro::TokenStream;
 /// | `lease = "30s"` | watchdog renewal | the lock expires after this long and is not renewed |
 /// | `client = expr` | the default client | the `LockClient` to use |
 /// | `skip_if_locked` | off | when the lock is held elsewhere, skip the body |
+/// | `cancel_on_lost` | off | when the lock is lost, stop the body and return `Err(Lost)` |
 /// | `crate = "path"` | `::lock_core` | where lock-core is, for crates that re-export it |
 ///
 /// Durations are a whole number and a unit, `ms`, `s`, `m` or `h`:
@@ -212,6 +217,41 @@ use proc_macro::TokenStream;
 /// }
 /// ```
 ///
+/// ## `cancel_on_lost`
+///
+/// Without it, a body whose lock is lost keeps running to its end (and the
+/// call then returns `Err(Lost)`, see [below](#errlost-after-the-body)).
+/// With it, the body is dropped as soon as the lock is known lost (at the
+/// hold's deadline, or when a watchdog renewal finds the key gone: within a
+/// third of the watchdog timeout) and the call returns
+/// `Err(E::from(Error::Lost))`. For `Result<T, E>` returns only; it cannot
+/// be combined with `skip_if_locked`. With a `lease`, the body is stopped
+/// when the lease runs out.
+///
+/// ```no_run
+/// # use lock_core::distributed_lock;
+/// # #[derive(Debug)] pub struct JobError;
+/// # impl From<lock_core::Error> for JobError { fn from(_: lock_core::Error) -> Self { JobError } }
+/// # async fn export_chunk(_: u32) -> Result<(), JobError> { Ok(()) }
+/// #[distributed_lock(key = "export:{day}", cancel_on_lost)]
+/// async fn export(day: u32) -> Result<(), JobError> {
+///     for chunk in 0..100 {
+///         // Each await is a point where the body may be stopped.
+///         export_chunk(chunk).await?;
+///     }
+///     Ok(())
+/// }
+/// ```
+///
+/// The body may be stopped at **any** await point, like a future dropped by
+/// a timeout: what it did before that point stays done, and what it was
+/// doing at that point may be half done (a request sent but its reply never
+/// read). Give each step effects that are atomic (one write, one
+/// transaction) or fenced (see [fencing](#fencing-tokens)), so that a
+/// stopped body leaves nothing inconsistent, and expect any step to be
+/// repeated by the next holder. Work the body spawned is not stopped with
+/// it; hand such tasks `held.cancellation_token()` (see below).
+///
 /// ## `crate`
 ///
 /// The generated code names lock-core by absolute path, `::lock_core`. A
@@ -231,7 +271,7 @@ use proc_macro::TokenStream;
 ///
 /// # Return types
 ///
-/// | return type | without `skip_if_locked` | with `skip_if_locked` |
+/// | return type | default (and `cancel_on_lost`) | with `skip_if_locked` |
 /// |---|---|---|
 /// | `Result<T, E>` with `E: From<lock_core::Error>` | lock failures are `Err(E::from(err))` | only for `T = ()` or `Option<_>` |
 /// | `()`, `Option<T>` | compile error: use `Result` or `skip_if_locked` | skipped: `()` / `None` |
@@ -241,16 +281,160 @@ use proc_macro::TokenStream;
 /// or a name ending in `Result` (`io::Result<T>`, `anyhow::Result<T>`,
 /// `ShopResult<T>`). The lock error converts with `From::from`.
 ///
+/// # Inside the body: `HeldLock::current()`
+///
+/// The body runs inside the lock's section, so
+/// [`lock_core::HeldLock::current()`](https://docs.rs/lock-core/latest/lock_core/struct.HeldLock.html)
+/// returns the hold it runs under, without another call to Redis:
+///
+/// - `fencing_token()`: the number Redis drew for this hold, greater than
+///   every token drawn before for this lock;
+/// - `is_held()` / `ensure_held()`: whether the hold is still valid (a
+///   local check of its deadline and of what the watchdog saw), `ensure_held`
+///   as a `Result` to use with `?` between steps;
+/// - `lost()`: a future that resolves when the lock is lost, to `select!`
+///   against a long step; `ended()` also resolves on release;
+/// - `cancellation_token()`: a token cancelled when the hold ends, for
+///   tasks the body spawns (a spawned task runs outside the section, so
+///   `HeldLock::current()` is `None` there: pass the `HeldLock` in).
+///
+/// Outside any locked section it is `None`. In nested sections (an
+/// annotated fn calling another one with a different key) it is the
+/// innermost lock; `HeldLock::current_for(&lock)` finds an outer one.
+///
+/// ```no_run
+/// use lock_core::{distributed_lock, HeldLock};
+/// # #[derive(Debug)] pub struct JobError;
+/// # impl From<lock_core::Error> for JobError { fn from(_: lock_core::Error) -> Self { JobError } }
+/// # async fn fetch_batch(_: u32) -> Result<Vec<u8>, JobError> { Ok(Vec::new()) }
+/// # async fn write_batch(_: &[u8]) -> Result<(), JobError> { Ok(()) }
+///
+/// #[distributed_lock(key = "import:{feed}")]
+/// async fn import(feed: u32) -> Result<(), JobError> {
+///     let held = HeldLock::current().expect("the body runs in its locked section");
+///     let batch = tokio::select! {
+///         batch = fetch_batch(feed) => batch?,
+///         // Don't wait for a slow fetch once the lock is gone.
+///         () = held.lost() => {
+///             return Err(lock_core::Error::Lost { name: held.name().to_owned() }.into());
+///         }
+///     };
+///     held.ensure_held()?; // still ours before the write?
+///     write_batch(&batch).await
+/// }
+/// ```
+///
+/// ## Fencing tokens
+///
+/// `is_held()` cannot make a write safe on its own: a process can pause
+/// (GC, swap, a stalled VM) between the check and the write, long enough
+/// for its lock to expire and another process to take it. The store being
+/// written can close that gap: send the fencing token with each write, have
+/// the store keep the highest token it has accepted per resource and reject
+/// writes that carry a lower one. A late write from a holder whose lock
+/// expired then fails instead of overwriting the new holder's work.
+///
+/// ```no_run
+/// use lock_core::{distributed_lock, HeldLock};
+///
+/// #[derive(Debug)]
+/// pub enum AccountError {
+///     Lock(lock_core::Error),
+///     /// The store saw a newer token: another holder took over.
+///     Fenced,
+/// }
+///
+/// impl From<lock_core::Error> for AccountError {
+///     fn from(err: lock_core::Error) -> Self {
+///         AccountError::Lock(err)
+///     }
+/// }
+///
+/// /// A store that accepts a write only with a token at least as high as
+/// /// the last one it accepted for that account, e.g. in SQL:
+/// /// `UPDATE accounts SET balance = $1, fence = $2 WHERE id = $3 AND fence <= $2`
+/// pub struct Accounts;
+///
+/// impl Accounts {
+///     pub async fn balance(&self, id: u64) -> u64 {
+///         # let _ = id;
+///         0
+///     }
+///     pub async fn set_balance(&self, id: u64, balance: u64, fence: u64) -> bool {
+///         # let _ = (id, balance, fence);
+///         true
+///     }
+/// }
+///
+/// #[distributed_lock(key = "account:{id}")]
+/// async fn credit(accounts: &Accounts, id: u64, amount: u64) -> Result<u64, AccountError> {
+///     let token = HeldLock::current()
+///         .expect("the body runs in its locked section")
+///         .fencing_token();
+///     let balance = accounts.balance(id).await + amount;
+///     if !accounts.set_balance(id, balance, token).await {
+///         return Err(AccountError::Fenced);
+///     }
+///     Ok(balance)
+/// }
+/// ```
+///
 /// # Release and errors
 ///
 /// After the body returns, the lock is released and the release awaited, so
-/// the lock is free when the call returns. If the release fails after a
-/// successful body (typically `Error::Lost`: the lease ran out or the lock
-/// was taken away while the body ran, so the body was not exclusive
-/// throughout), a `Result` fn returns that error instead of its value; when
-/// the body itself failed, its error is returned and the release failure is
-/// logged. A panic in the body, or a dropped future, drops the lock guard,
-/// which stops the renewal and releases in the background at once.
+/// the lock is free when the call returns. When the body itself failed, its
+/// error is returned (and a release failure is logged). A panic in the
+/// body, or a dropped future, drops the lock guard, which stops the renewal
+/// and releases in the background at once.
+///
+/// ## `Err(Lost)` after the body
+///
+/// If the release finds that the lock was lost while the body ran (the
+/// lease ran out, a renewal failed for longer than the watchdog timeout,
+/// the key was deleted or taken over), a `Result` fn returns
+/// `Err(E::from(Error::Lost))` **instead of the body's `Ok` value, although
+/// the body ran to its end and its changes were made**. The error says "the
+/// body was not exclusive throughout", not "nothing happened". So a caller
+/// that retries on any error may apply the same change twice:
+///
+/// - make the body idempotent, so that running it again is harmless: an
+///   idempotency key recorded with the change, a compare-and-set on a
+///   version, or a [fencing token](#fencing-tokens) checked by the store;
+/// - tell the errors apart before retrying: a `lock_core::Error` with
+///   `e.is_lost()` means the body ran (to its end, or with `cancel_on_lost`
+///   up to some await point); `e.is_wait_timeout()`,
+///   `e.is_no_default_client()` and `e.is_invalid_input()` mean it did
+///   not run. A Redis or connection error can come from the acquire (the
+///   body did not run) or from the release (it did): retry it only when
+///   the body is idempotent.
+///
+/// ```no_run
+/// # use lock_core::distributed_lock;
+/// # #[derive(Debug)]
+/// # pub enum ShopError { Lock(lock_core::Error), OutOfStock }
+/// # impl From<lock_core::Error> for ShopError { fn from(e: lock_core::Error) -> Self { ShopError::Lock(e) } }
+/// # #[distributed_lock(key = "stock:{sku}")]
+/// # async fn buy(sku: &str, qty: u32) -> Result<u32, ShopError> { Ok(qty) }
+/// # async fn demo() {
+/// match buy("sku-42", 1).await {
+///     Ok(left) => println!("bought, {left} left"),
+///     // The body ran but was not exclusive to the end: check the stock
+///     // (or rely on the body being idempotent) before buying again.
+///     Err(ShopError::Lock(e)) if e.is_lost() => eprintln!("bought, but unsure: {e}"),
+///     // The body did not run: safe to retry.
+///     Err(ShopError::Lock(e)) if e.is_wait_timeout() => eprintln!("busy, try later"),
+///     // Before or after the body: retry only if `buy` is idempotent.
+///     Err(ShopError::Lock(e)) => eprintln!("lock error: {e}"),
+///     Err(ShopError::OutOfStock) => eprintln!("sold out"),
+/// }
+/// # }
+/// ```
+///
+/// With `cancel_on_lost` a loss noticed while the body runs stops it; one
+/// noticed only at the release (the body finished before the watchdog saw
+/// the key gone) still returns `Err(Lost)` after a complete body. With
+/// `skip_if_locked` and a `()` / `Option<T>` return there is no `Err`: the
+/// release failure is logged at `warn`.
 ///
 /// # Reentrancy and tasks
 ///
@@ -279,13 +463,26 @@ use proc_macro::TokenStream;
 /// ```text
 /// let __lock_handle = __private::default_lock(&format!("stock:{}", sku)); // or client_lock(&(client), ..)
 /// let __lock_options = __private::AcquireOptions::new();                   // .wait(..) .lease(..) .no_wait()
-/// let __lock_body = pin!(async move { /* the original body */ });
-/// __private::locked(__lock_handle, __lock_options, __lock_body).await      // or locked_or_skip(..)
+/// let __lock_body = pin!(async move {
+///     if false {
+///         // never runs: tells inference the body's type, for `?` and `return`
+///         let __lock_output = || -> Result<u32, ShopError> { loop {} };
+///         return __lock_output();
+///     }
+///     /* the original body's statements */
+/// });
+/// __private::locked(__lock_handle, __lock_options, __lock_body).await      // or locked_or_skip(..),
+///                                                                           // locked_cancel_on_lost(..)
 /// ```
 ///
 /// where `locked` opens a context if needed, acquires for a section, awaits
 /// the body inside the section and releases: one allocation for the key, no
-/// boxing of the body.
+/// boxing of the body. The body's statements are placed in the `async`
+/// block as written (inner attributes such as `#![allow(..)]` stay at the
+/// top of the fn's body), and the generated code carries no `#[allow]`: it
+/// raises no warning on any body shape, even under `#![deny(warnings)]` or
+/// `#![forbid(unreachable_code)]`, while the lints on the body's own code
+/// still fire as they would without the attribute.
 #[proc_macro_attribute]
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::distributed_lock(args.into(), item.into()).into()

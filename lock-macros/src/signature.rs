@@ -9,6 +9,9 @@ use syn::{FnArg, GenericArgument, Ident, Pat, PathArguments, ReturnType, Signatu
 pub(crate) enum Mode {
     /// `Result<T, E>`: lock failures come back as `Err(E::from(err))`.
     Fail,
+    /// `Result<T, E>` with `cancel_on_lost`: as [`Mode::Fail`], and a lock
+    /// lost while the body runs drops the body and returns `Err`.
+    CancelOnLost,
     /// `()` / `Option<T>` with `skip_if_locked`: the body is skipped and the
     /// fn returns `()` / `None`.
     Skip,
@@ -53,17 +56,43 @@ pub(crate) fn check_async(sig: &Signature) -> syn::Result<()> {
     Ok(())
 }
 
+/// The flag options that decide the [`Mode`] (the arguments never hold both).
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct Flags<'a> {
+    pub(crate) skip_if_locked: Option<&'a Ident>,
+    pub(crate) cancel_on_lost: Option<&'a Ident>,
+}
+
 /// Checks that the fn is `async` and picks the [`Mode`] its return type and
-/// `skip_if_locked` call for; a combination that cannot work is an error
-/// that says what would.
-pub(crate) fn mode(sig: &Signature, skip_if_locked: Option<&Ident>) -> syn::Result<Mode> {
+/// `skip_if_locked` / `cancel_on_lost` call for; a combination that cannot
+/// work is an error that says what would.
+pub(crate) fn mode(sig: &Signature, flags: Flags<'_>) -> syn::Result<Mode> {
     check_async(sig)?;
     let (shape, span) = match &sig.output {
         ReturnType::Default => (Shape::Unit, sig.ident.span()),
         ReturnType::Type(_, ty) => (shape_of(ty), ty.span()),
     };
     let name = &sig.ident;
-    match (shape, skip_if_locked.is_some()) {
+    if flags.cancel_on_lost.is_some() {
+        return match shape {
+            Shape::Result(_) => Ok(Mode::CancelOnLost),
+            _ => {
+                let what = match shape {
+                    Shape::Unit => format!("`{name}` returns `()`"),
+                    Shape::Option => format!("`{name}` returns `Option<T>`"),
+                    _ => format!("the return type of `{name}` is not a `Result`"),
+                };
+                Err(syn::Error::new(
+                    span,
+                    format!(
+                        "`cancel_on_lost` reports a lost lock as `Err`, but {what}: {FAIL_HELP}, \
+                         or remove `cancel_on_lost`"
+                    ),
+                ))
+            }
+        };
+    }
+    match (shape, flags.skip_if_locked.is_some()) {
         (Shape::Result(_), false) => Ok(Mode::Fail),
         (Shape::Result(Some(Inner::Skippable)), true) => Ok(Mode::SkipResult),
         (Shape::Unit | Shape::Option, true) => Ok(Mode::Skip),
@@ -185,6 +214,17 @@ mod tests {
         Ident::new("skip_if_locked", Span::call_site())
     }
 
+    fn cancel() -> Ident {
+        Ident::new("cancel_on_lost", Span::call_site())
+    }
+
+    fn skipping(skip: &Ident) -> Flags<'_> {
+        Flags {
+            skip_if_locked: Some(skip),
+            cancel_on_lost: None,
+        }
+    }
+
     #[test]
     fn result_returns_fail_with_err() {
         for s in [
@@ -194,7 +234,7 @@ mod tests {
             quote::quote!(async fn f() -> crate::Result),
             quote::quote!(async fn f() -> ShopResult<u8>),
         ] {
-            assert_eq!(mode(&sig(s), None).ok(), Some(Mode::Fail));
+            assert_eq!(mode(&sig(s), Flags::default()).ok(), Some(Mode::Fail));
         }
     }
 
@@ -221,13 +261,50 @@ mod tests {
             ),
             (quote::quote!(async fn f() -> u8), None),
         ] {
-            assert_eq!(mode(&sig(s.clone()), Some(&skip)).ok(), expected, "{s}");
+            assert_eq!(mode(&sig(s.clone()), skipping(&skip)).ok(), expected, "{s}");
+        }
+    }
+
+    #[test]
+    fn cancel_on_lost_needs_a_result() {
+        let cancel = cancel();
+        let flags = Flags {
+            skip_if_locked: None,
+            cancel_on_lost: Some(&cancel),
+        };
+        for s in [
+            quote::quote!(async fn f() -> Result<u32, E>),
+            quote::quote!(async fn f() -> Result<(), E>),
+            quote::quote!(async fn f() -> anyhow::Result<Option<u8>>),
+        ] {
+            assert_eq!(mode(&sig(s), flags).ok(), Some(Mode::CancelOnLost));
+        }
+        for (s, what) in [
+            (quote::quote!(async fn f()), "`f` returns `()`"),
+            (
+                quote::quote!(async fn f() -> Option<u8>),
+                "`f` returns `Option<T>`",
+            ),
+            (
+                quote::quote!(async fn f() -> u8),
+                "the return type of `f` is not a `Result`",
+            ),
+        ] {
+            let err = match mode(&sig(s), flags) {
+                Ok(m) => panic!("expected an error, got {m:?}"),
+                Err(e) => e.to_string(),
+            };
+            assert!(
+                err.contains("`cancel_on_lost` reports a lost lock as `Err`"),
+                "{err}"
+            );
+            assert!(err.contains(what), "{err}");
         }
     }
 
     #[test]
     fn other_combinations_say_what_would_work() {
-        let err = |s| match mode(&sig(s), None) {
+        let err = |s| match mode(&sig(s), Flags::default()) {
             Ok(m) => panic!("expected an error, got {m:?}"),
             Err(e) => e.to_string(),
         };

@@ -13,12 +13,15 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 
 /// A request's lock could not be taken: the wait bound passed (another
 /// request holds the key), Redis failed, or the derived key is not a valid
-/// lock name.
+/// lock name; or, with [`cancel_on_lost`](crate::LockLayer::cancel_on_lost),
+/// the lock was lost while the request ran and the request was cancelled.
 ///
 /// Each flavour turns it into an answer: the HTTP flavour into a response
 /// (503 + `Retry-After` when busy, 500 when Redis failed, 400 for a bad
-/// key), the gRPC flavour into a `tonic::Status`, the generic flavour into
-/// a boxed error for `HandleErrorLayer` (downcast it to `LockError`).
+/// key, 503 when lost), the gRPC flavour into a `tonic::Status`, the
+/// generic flavour into a boxed error for `HandleErrorLayer` (downcast it
+/// to `LockError`). [`reason`](Self::reason) names the case in one word, as
+/// the layer's log events and metrics do.
 ///
 /// ```
 /// use lock_tower::LockError;
@@ -100,6 +103,46 @@ impl LockError {
         matches!(self.source, lock_core::Error::InvalidName { .. })
     }
 
+    /// The lock was lost while the request ran, and the request was
+    /// cancelled: only with [`cancel_on_lost`](crate::LockLayer::cancel_on_lost).
+    /// The request may have done part of its work; nothing after the loss
+    /// ran under the lock.
+    ///
+    /// ```
+    /// let err = lock_tower::LockError::new("k", lock_core::Error::Lost { name: "k".into() });
+    /// assert!(err.is_lost() && !err.is_redis());
+    /// assert_eq!(err.to_string(), "lock `k` was lost");
+    /// ```
+    pub fn is_lost(&self) -> bool {
+        self.source.is_lost()
+    }
+
+    /// The case in one word, the `reason` of the layer's log events and of
+    /// its `lock_tower_rejections_total` counter:
+    ///
+    /// | reason | when |
+    /// |---|---|
+    /// | `"busy"` | [`is_busy`](Self::is_busy): the wait bound passed |
+    /// | `"invalid_key"` | [`is_invalid_key`](Self::is_invalid_key) |
+    /// | `"lost"` | [`is_lost`](Self::is_lost): cancelled by `cancel_on_lost` |
+    /// | `"redis"` | anything else: Redis failed ([`is_redis`](Self::is_redis)), or the lock store could not be used at all (the client was shut down) |
+    ///
+    /// ```
+    /// let err = lock_tower::LockError::new("k", lock_core::Error::PoolTimeout);
+    /// assert_eq!(err.reason(), "redis");
+    /// ```
+    pub fn reason(&self) -> &'static str {
+        if self.is_busy() {
+            "busy"
+        } else if self.is_invalid_key() {
+            "invalid_key"
+        } else if self.is_lost() {
+            "lost"
+        } else {
+            "redis"
+        }
+    }
+
     /// The lock-core error behind this one.
     ///
     /// ```
@@ -127,6 +170,8 @@ impl fmt::Display for LockError {
             write!(f, "lock `{}` is busy", self.key)
         } else if self.is_invalid_key() {
             write!(f, "invalid lock key `{}`", self.key)
+        } else if self.is_lost() {
+            write!(f, "lock `{}` was lost", self.key)
         } else {
             write!(f, "could not take lock `{}`", self.key)
         }
@@ -165,9 +210,13 @@ mod tests {
         );
         let redis = LockError::new("k", lock_core::Error::PoolTimeout);
         let invalid = LockError::new("", lock_core::Error::InvalidName { reason: "e".into() });
-        let flags = |e: &LockError| [e.is_busy(), e.is_redis(), e.is_invalid_key()];
-        assert_eq!(flags(&busy), [true, false, false]);
-        assert_eq!(flags(&redis), [false, true, false]);
-        assert_eq!(flags(&invalid), [false, false, true]);
+        let lost = LockError::new("k", lock_core::Error::Lost { name: "k".into() });
+        let flags = |e: &LockError| [e.is_busy(), e.is_redis(), e.is_invalid_key(), e.is_lost()];
+        assert_eq!(flags(&busy), [true, false, false, false]);
+        assert_eq!(flags(&redis), [false, true, false, false]);
+        assert_eq!(flags(&invalid), [false, false, true, false]);
+        assert_eq!(flags(&lost), [false, false, false, true]);
+        let reasons = [&busy, &redis, &invalid, &lost].map(LockError::reason);
+        assert_eq!(reasons, ["busy", "redis", "invalid_key", "lost"]);
     }
 }

@@ -7,8 +7,13 @@
 //! keeps the inner error type — for axum), [`Grpc`](crate::Grpc)
 //! (`tonic::Status` answers) and [`Generic`] (boxed errors, for any request
 //! type and `HandleErrorLayer`).
+//!
+//! A flavour also says where a request's [`HeldLock`] goes before the inner
+//! service is called ([`AttachHeldLock`]): the HTTP and gRPC flavours put
+//! it into the request's extensions; the generic flavour, which knows
+//! nothing of its requests, leaves it to [`HeldLock::current`].
 
-use lock_core::LockGuard;
+use lock_core::{HeldLock, LockGuard};
 
 use crate::error::{BoxError, LockError};
 
@@ -17,10 +22,13 @@ use crate::error::{BoxError, LockError};
 ///
 /// Implement it to answer in a way of your own; the lock guard handed to
 /// [`response`](Flavour::response) must be kept (to hold the lock longer)
-/// or dropped (to release it in the background).
+/// or dropped (to release it in the background). A flavour also
+/// implements [`AttachHeldLock`] for the requests it serves (an empty
+/// `attach` is fine: the inner service still finds the lock with
+/// [`HeldLock::current`]).
 ///
 /// ```
-/// use lock_tower::{Flavour, LockError};
+/// use lock_tower::{AttachHeldLock, Flavour, LockError};
 ///
 /// /// Answers `Err(reason)` with a plain string.
 /// #[derive(Clone)]
@@ -32,6 +40,11 @@ use crate::error::{BoxError, LockError};
 ///     fn response(&self, res: Res, _guard: Option<lock_core::LockGuard>) -> Res { res }
 ///     fn error(&self, err: String) -> String { err }
 ///     fn rejection(&self, err: LockError) -> Result<Res, String> { Err(err.to_string()) }
+/// }
+///
+/// // Requests are strings; they carry nothing.
+/// impl AttachHeldLock<String> for Strings {
+///     fn attach(&self, _req: &mut String, _held: &lock_core::HeldLock) {}
 /// }
 /// ```
 pub trait Flavour<Res, E> {
@@ -70,13 +83,62 @@ pub trait Flavour<Res, E> {
     fn rejection(&self, err: LockError) -> Result<Self::Response, Self::Error>;
 }
 
+/// Hands a request's [`HeldLock`] to the request before the inner service
+/// is called, so that the handler can read the lock's name and fencing
+/// token, or stop when it is lost.
+///
+/// | flavour | where the lock goes |
+/// |---|---|
+/// | [`Http`](crate::Http), [`Grpc`](crate::Grpc) | `http::Request::extensions()`: read it with [`HeldLockExt::held_lock`](crate::HeldLockExt::held_lock), the axum extractor [`Held`](crate::Held), or `tonic::Request::extensions()` (tonic copies the HTTP extensions) |
+/// | [`Generic`] | nowhere: requests of any type carry no extensions |
+///
+/// Whatever the flavour, the inner service's future also runs inside the
+/// lock's section, so [`HeldLock::current`] returns the lock there (but
+/// not in tasks the handler spawns: pass the handle along).
+///
+/// Implement it for a flavour of your own, for each request type it
+/// serves:
+///
+/// ```
+/// use lock_core::HeldLock;
+/// use lock_tower::AttachHeldLock;
+///
+/// /// Jobs that carry the token of the lock they run under.
+/// struct Job { tenant: u32, fencing_token: Option<u64> }
+///
+/// struct Jobs; // a flavour (its `Flavour` impl left out)
+///
+/// impl AttachHeldLock<Job> for Jobs {
+///     fn attach(&self, job: &mut Job, held: &HeldLock) {
+///         job.fencing_token = Some(held.fencing_token());
+///     }
+/// }
+/// ```
+pub trait AttachHeldLock<Req> {
+    /// Puts `held` (the request's lock, just taken) into `req`, or does
+    /// nothing. Called once per request that has a key, after the lock was
+    /// taken and before the inner service is called.
+    ///
+    /// ```
+    /// use lock_tower::{AttachHeldLock, Generic};
+    /// # fn demo(held: lock_core::HeldLock) {
+    /// let mut job = 7_u32;
+    /// Generic.attach(&mut job, &held); // the generic flavour attaches nothing
+    /// assert_eq!(job, 7);
+    /// # }
+    /// ```
+    fn attach(&self, req: &mut Req, held: &HeldLock);
+}
+
 /// The generic flavour, for any request and response type: the lock is
 /// released when the inner service's future completes, and a request whose
 /// lock cannot be taken fails with a [`BoxError`] holding a [`LockError`]
 /// (inner errors are boxed too). Made by
 /// [`LockLayer::generic`](crate::LockLayer::generic); pair it with
 /// `tower::ServiceBuilder`'s `HandleErrorLayer` where the error type must
-/// be `Infallible`.
+/// be `Infallible`. The inner service finds the request's lock with
+/// [`HeldLock::current`] (requests of any type have no extensions to carry
+/// it).
 ///
 /// ```
 /// use lock_tower::{BoxError, LockError};
@@ -111,4 +173,10 @@ where
     fn rejection(&self, err: LockError) -> Result<Res, BoxError> {
         Err(Box::new(err))
     }
+}
+
+/// Attaches nothing: requests of any type have nowhere to carry it. Inside
+/// the inner service, [`HeldLock::current`] returns the request's lock.
+impl<Req> AttachHeldLock<Req> for Generic {
+    fn attach(&self, _req: &mut Req, _held: &HeldLock) {}
 }

@@ -4,13 +4,13 @@ use std::fmt;
 use std::sync::Arc;
 
 use http::header::{HeaderValue, CONTENT_TYPE};
-use http::Response;
-use lock_core::{LockClient, LockGuard};
+use http::{Request, Response};
+use lock_core::{HeldLock, LockClient, LockGuard};
 use tonic::{Code, Status};
 
 use crate::body::LockBody;
 use crate::error::LockError;
-use crate::flavour::Flavour;
+use crate::flavour::{AttachHeldLock, Flavour};
 use crate::lock::LockLayer;
 
 type Rejection = Arc<dyn Fn(&LockError) -> Status + Send + Sync>;
@@ -25,10 +25,17 @@ type Rejection = Arc<dyn Fn(&LockError) -> Status + Send + Sync>;
 /// |---|---|
 /// | busy: the wait bound passed | `UNAVAILABLE` (clients may retry the call as is) |
 /// | invalid key: empty or too long | `INVALID_ARGUMENT` |
+/// | lost while the handler ran, with [`cancel_on_lost`](LockLayer::cancel_on_lost) | `ABORTED` (retry at a higher level: the call may have done part of its work) |
 /// | Redis failed, or anything else | `INTERNAL` |
 ///
 /// This follows the HTTP flavour (503 / 400 / 500) through gRPC's own
-/// HTTP mapping. Change it with [`LockLayer::on_rejection`].
+/// HTTP mapping; a lost lock is `ABORTED`, gRPC's code for a concurrency
+/// conflict that ended the operation. Change it with
+/// [`LockLayer::on_rejection`].
+///
+/// The call's lock goes into the request's extensions before the service
+/// is called; tonic copies them into its `tonic::Request`, where
+/// [`HeldLockExt::held_lock`](crate::HeldLockExt::held_lock) reads it.
 ///
 /// ```
 /// use lock_tower::{Grpc, LockError};
@@ -63,6 +70,8 @@ impl Grpc {
             Status::unavailable("lock busy, retry later")
         } else if err.is_invalid_key() {
             Status::invalid_argument("invalid lock key")
+        } else if err.is_lost() {
+            Status::aborted("lock lost, call cancelled")
         } else {
             Status::internal("lock unavailable")
         }
@@ -108,6 +117,14 @@ impl<B, E> Flavour<Response<B>, E> for Grpc {
     }
 }
 
+/// Inserts the lock into the request's extensions; tonic hands them on to
+/// the service method's `tonic::Request` (see [`HeldLockExt`](crate::HeldLockExt)).
+impl<B> AttachHeldLock<Request<B>> for Grpc {
+    fn attach(&self, req: &mut Request<B>, held: &HeldLock) {
+        req.extensions_mut().insert(held.clone());
+    }
+}
+
 impl<K> LockLayer<K, Grpc> {
     /// A layer of the [`Grpc`] flavour, for tonic servers: a call whose
     /// lock cannot be taken is answered with a gRPC status
@@ -140,8 +157,9 @@ impl<K> LockLayer<K, Grpc> {
         self
     }
 
-    /// Answers calls whose lock cannot be taken with `f`'s status instead
-    /// of the default one.
+    /// Answers calls whose lock cannot be taken (or, with
+    /// [`cancel_on_lost`](LockLayer::cancel_on_lost), was lost) with `f`'s
+    /// status instead of the default one.
     ///
     /// ```
     /// # fn demo(layer: lock_tower::LockLayer<lock_tower::MetadataKey, lock_tower::Grpc>) {

@@ -7,12 +7,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{HeaderValue, CONTENT_TYPE, RETRY_AFTER};
-use http::{Response, StatusCode};
-use lock_core::{LockClient, LockGuard};
+use http::{Request, Response, StatusCode};
+use lock_core::{HeldLock, LockClient, LockGuard};
 
 use crate::body::LockBody;
 use crate::error::LockError;
-use crate::flavour::Flavour;
+use crate::flavour::{AttachHeldLock, Flavour};
 use crate::lock::LockLayer;
 
 /// The `Retry-After` of the default "busy" response: 1 second.
@@ -32,13 +32,22 @@ type Rejection = Arc<dyn Fn(&LockError) -> Response<Bytes> + Send + Sync>;
 /// |---|---|---|
 /// | busy: the wait bound passed ([`LockError::is_busy`]) | `503 Service Unavailable` + `Retry-After: 1` | `lock busy, retry later` |
 /// | invalid key: empty or too long ([`LockError::is_invalid_key`]) | `400 Bad Request` | `invalid lock key` |
+/// | lost while the handler ran, with [`cancel_on_lost`](LockLayer::cancel_on_lost) ([`LockError::is_lost`]) | `503 Service Unavailable`, no `Retry-After` | `lock lost, request cancelled` |
 /// | Redis failed ([`LockError::is_redis`]) or anything else | `500 Internal Server Error` | `lock unavailable` |
 ///
 /// Contention is a 503 with `Retry-After` because that is what clients and
 /// proxies know to retry later; a Redis failure is a 500 because it is the
-/// server's fault and should show up as an error, not as load. Change the
-/// `Retry-After` with [`LockLayer::retry_after`], or the whole answer with
+/// server's fault and should show up as an error, not as load. A request
+/// cancelled because its lock was lost is a 503 too (the server could not
+/// finish it; trying again may work), but without `Retry-After`: the
+/// request may have done part of its work, so whether to retry it is the
+/// client's call, not an invitation, and how long the cause lasts (an
+/// expired lease, a Redis failover) is unknown. Change the `Retry-After`
+/// with [`LockLayer::retry_after`], or the whole answer with
 /// [`LockLayer::on_rejection`].
+///
+/// The request's lock goes into the request's extensions before the inner
+/// service is called (see [`AttachHeldLock`]).
 ///
 /// ```
 /// use lock_tower::{Http, LockError};
@@ -92,6 +101,11 @@ impl Http {
             (StatusCode::SERVICE_UNAVAILABLE, "lock busy, retry later\n")
         } else if err.is_invalid_key() {
             (StatusCode::BAD_REQUEST, "invalid lock key\n")
+        } else if err.is_lost() {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "lock lost, request cancelled\n",
+            )
         } else {
             (StatusCode::INTERNAL_SERVER_ERROR, "lock unavailable\n")
         };
@@ -129,6 +143,15 @@ impl<B, E> Flavour<Response<B>, E> for Http {
             None => Self::default_rejection(&err, self.retry_after),
         };
         Ok(res.map(LockBody::full))
+    }
+}
+
+/// Inserts the lock into the request's extensions, where the handler
+/// finds it ([`HeldLockExt`](crate::HeldLockExt), axum's
+/// [`Held`](crate::Held) or `Extension<HeldLock>`).
+impl<B> AttachHeldLock<Request<B>> for Http {
+    fn attach(&self, req: &mut Request<B>, held: &HeldLock) {
+        req.extensions_mut().insert(held.clone());
     }
 }
 
@@ -181,8 +204,9 @@ impl<K> LockLayer<K, Http> {
         self
     }
 
-    /// Answers requests whose lock cannot be taken with `f`'s response
-    /// instead of the default one.
+    /// Answers requests whose lock cannot be taken (or, with
+    /// [`cancel_on_lost`](LockLayer::cancel_on_lost), was lost) with `f`'s
+    /// response instead of the default one.
     ///
     /// ```
     /// use bytes::Bytes;

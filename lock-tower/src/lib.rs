@@ -23,7 +23,8 @@
 //! same lock again through lock-core (or its attribute macro) re-enters it
 //! instead of waiting for itself, while sibling requests driven from one
 //! task (two calls of a layered client joined with `join!`) exclude each
-//! other.
+//! other. The handler can read the lock it runs under (see "The lock in
+//! the handler" below).
 //!
 //! Same-key requests of one process queue locally in lock-core's client;
 //! only the head of the queue contends in Redis, so N concurrent local
@@ -34,8 +35,8 @@
 //!
 //! | made by | requests | when the lock cannot be taken | error type |
 //! |---|---|---|---|
-//! | [`LockLayer::new`] ([`Http`]) | `http::Request` | a response: 503 + `Retry-After` busy, 500 Redis failure, 400 bad key | the inner service's (axum: `Infallible`) |
-//! | [`LockLayer::grpc`] ([`Grpc`], feature `tonic`) | `http::Request` (tonic) | a gRPC status: `UNAVAILABLE` busy, `INTERNAL` Redis failure, `INVALID_ARGUMENT` bad key | the inner service's |
+//! | [`LockLayer::new`] ([`Http`]) | `http::Request` | a response: 503 + `Retry-After` busy, 500 Redis failure, 400 bad key (503 lost, with [`cancel_on_lost`](LockLayer::cancel_on_lost)) | the inner service's (axum: `Infallible`) |
+//! | [`LockLayer::grpc`] ([`Grpc`], feature `tonic`) | `http::Request` (tonic) | a gRPC status: `UNAVAILABLE` busy, `INTERNAL` Redis failure, `INVALID_ARGUMENT` bad key (`ABORTED` lost) | the inner service's |
 //! | [`LockLayer::generic`] ([`Generic`]) | anything | `Err(BoxError)` holding a [`LockError`] (for `HandleErrorLayer`) | [`BoxError`] |
 //!
 //! # With `ServiceBuilder`
@@ -80,6 +81,10 @@
 //!
 //! # With axum
 //!
+//! Add the layer with `Router::route_layer`, not `Router::layer`: `layer`
+//! also wraps the router's fallback, so requests that match no route (404s,
+//! whatever their path) would derive a key and take a lock too.
+//!
 //! ```
 //! use std::time::Duration;
 //! use axum::{body::Body, extract::Path, http::Request, routing::post, Router};
@@ -100,7 +105,7 @@
 //! # let client = lock_core::LockClient::builder(server.url()).build()?;
 //! let app = Router::new()
 //!     .route("/accounts/{id}/withdraw", post(withdraw))
-//!     .layer(
+//!     .route_layer(
 //!         LockLayer::new(client.clone(), |req: &Request<Body>| {
 //!             account_id_from_path(req).map(|id| format!("account:{id}"))
 //!         })
@@ -134,17 +139,116 @@
 //! # }
 //! ```
 //!
+//! # The lock in the handler
+//!
+//! For every request with a key, the handler can read the lock it runs
+//! under as a [`lock_core::HeldLock`]: its name, its fencing token (send it
+//! with writes, so the store can refuse a stale holder's), whether it is
+//! still held, and a signal when it is lost.
+//!
+//! | flavour | where to read it |
+//! |---|---|
+//! | [`Http`], [`Grpc`] | the request's extensions: the axum extractor [`Held`] (feature `axum`), [`HeldLockExt::held_lock`] on `http::Request` and `tonic::Request`, or `req.extensions().get::<HeldLock>()` |
+//! | [`Generic`] (any request type) | [`HeldLock::current`](lock_core::HeldLock::current) inside the inner service's future |
+//!
+//! `HeldLock::current()` works in every flavour, but only in the task that
+//! runs the handler; the extension travels with the request. Flavours of
+//! your own say where the lock goes with [`AttachHeldLock`].
+//!
+//! ```
+//! use axum::{body::Body, extract::Request, routing::post, Router};
+//! use lock_core::HeldLock;
+//! use lock_tower::{Held, HeldLockExt, LockLayer, PathSegment};
+//! use tower::ServiceExt;
+//!
+//! async fn withdraw(Held(held): Held) -> String {
+//!     // the token goes with the write; the store keeps the highest it saw
+//!     format!("token {}", held.fencing_token())
+//! }
+//!
+//! async fn deposit(req: Request) -> String {
+//!     let held: &HeldLock = req.held_lock().expect("behind the layer");
+//!     assert_eq!(HeldLock::current().map(|h| h.fencing_token()), Some(held.fencing_token()));
+//!     format!("token {}", held.fencing_token())
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lock_tower::BoxError> {
+//! # let server = lock_tests::RedisServer::start()?;
+//! # let client = lock_core::LockClient::builder(server.url()).build()?;
+//! let app = Router::new()
+//!     .route("/accounts/{id}/withdraw", post(withdraw))
+//!     .route("/accounts/{id}/deposit", post(deposit))
+//!     .route_layer(LockLayer::new(client, PathSegment::after("accounts").prefix("account:")));
+//!
+//! for path in ["/accounts/7/withdraw", "/accounts/7/deposit"] {
+//!     let res = app.clone().oneshot(Request::post(path).body(Body::empty())?).await?;
+//!     assert_eq!(res.status(), 200);
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # Cancelling on a lost lock
+//!
+//! A lock can be lost while its request runs (Redis forgot it, a renewal
+//! could not reach Redis before the lease ran out, a fixed
+//! [`lease`](LockLayer::lease) passed). By default the handler runs on and
+//! the loss is only reported by lock-core; with
+//! [`cancel_on_lost`](LockLayer::cancel_on_lost) the layer drops the
+//! handler's future as soon as the loss is known and answers with the
+//! flavour's "lost" rejection (HTTP 503, gRPC `ABORTED`, generic
+//! [`LockError::is_lost`]). It covers the handler up to its response, not a
+//! body streamed under [`hold_until_body_end`](LockLayer::hold_until_body_end).
+//!
+//! # Logging
+//!
+//! The layer emits one [`tracing`](https://docs.rs/tracing) event (target
+//! `lock_tower`) per request it rejects or cancels, with the fields `lock` (the lock
+//! name the request mapped to) and `reason` ([`LockError::reason`]):
+//!
+//! | `reason` | level | when |
+//! |---|---|---|
+//! | `busy` | DEBUG | the wait bound passed: another request held the key (ordinary contention) |
+//! | `invalid_key` | DEBUG | the key is not a valid lock name (usually the client's input) |
+//! | `lost` | INFO | [`cancel_on_lost`](LockLayer::cancel_on_lost) cancelled a request (lock-core reports the loss itself, at WARN) |
+//! | `redis` | WARN, with an `error` field | Redis failed, or the lock store could not be used at all (the client was shut down) |
+//!
+//! Contention and bad input are the normal life of a locked service, so
+//! they stay at DEBUG; a Redis failure is the server's fault and turns into
+//! 500s, so it is the one rejection logged at WARN. Requests that take
+//! their lock log nothing in the layer.
+//!
+//! # Metrics
+//!
+//! With the feature `metrics`, the layer counts its rejections through the
+//! [`metrics`](https://docs.rs/metrics) facade (install any recorder, such
+//! as a Prometheus exporter):
+//!
+//! | metric | type | labels |
+//! |---|---|---|
+//! | `lock_tower_rejections_total` | counter | `reason`: `busy`, `invalid_key`, `lost`, `redis` (as in "Logging") |
+//!
+//! Incremented once per rejection, by every layer of the process. There
+//! is no per-key label: keys are unbounded (one per account, tenant, ...)
+//! and would make one time series each.
+//!
 //! # Features
 //!
-//! - `http` (default): the [`Http`] flavour, [`LockBody`] and the key
-//!   extractors.
-//! - `tonic`: the [`Grpc`] flavour (implies `http`).
+//! - `http` (default): the [`Http`] flavour, [`LockBody`], the key
+//!   extractors and [`HeldLockExt`].
+//! - `axum` (default, implies `http`): the [`Held`] extractor, through
+//!   `axum-core` (no dependency on axum itself).
+//! - `tonic`: the [`Grpc`] flavour (implies `http`), and [`HeldLockExt`]
+//!   on `tonic::Request`.
+//! - `metrics`: the rejection counter (see "Metrics").
 #![deny(missing_docs)]
 
 mod error;
 mod flavour;
 mod key;
 mod lock;
+mod observe;
 
 #[cfg(feature = "http")]
 mod body;
@@ -153,10 +257,12 @@ mod extract;
 #[cfg(feature = "tonic")]
 mod grpc;
 #[cfg(feature = "http")]
+mod held;
+#[cfg(feature = "http")]
 mod http;
 
 pub use error::{BoxError, LockError};
-pub use flavour::{Flavour, Generic};
+pub use flavour::{AttachHeldLock, Flavour, Generic};
 pub use key::MakeLockKey;
 pub use lock::{Lock, LockLayer, ResponseFuture, DEFAULT_WAIT};
 
@@ -166,5 +272,9 @@ pub use body::LockBody;
 pub use extract::{HeaderKey, MetadataKey, MethodPath, PathSegment, QueryParam};
 #[cfg(feature = "tonic")]
 pub use grpc::Grpc;
+#[cfg(feature = "http")]
+pub use held::HeldLockExt;
+#[cfg(feature = "axum")]
+pub use held::{Held, MissingHeldLock};
 #[cfg(feature = "http")]
 pub use http::{Http, DEFAULT_RETRY_AFTER};

@@ -227,6 +227,29 @@ async fn recursion_and_nested_calls_with_the_same_key_reenter() {
     assert!(!is_locked(&env.client, "account:7").await);
 }
 
+/// The one-line body of issue 13, kept on one line: it once expanded to an
+/// `unused_braces` warning (an error under `-D warnings`, with a suggested
+/// fix that did not compile). The suite's clippy run denies warnings.
+#[distributed_lock(key = "echo:{id}", client = client)]
+#[rustfmt::skip]
+async fn echo(client: &LockClient, id: u64) -> Result<u64, ShopError> { Ok(id) }
+
+/// An empty body.
+#[distributed_lock(key = "noop", client = client, skip_if_locked)]
+async fn noop(client: &LockClient) {}
+
+#[tokio::test]
+async fn one_line_and_empty_bodies_run_under_the_lock() {
+    let env = common::env(5_000);
+    let id = within(Duration::from_secs(10), "echo", echo(&env.client, 42))
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(id, 42);
+    within(Duration::from_secs(10), "noop", noop(&env.client)).await;
+    assert!(!is_locked(&env.client, "echo:42").await);
+    assert!(!is_locked(&env.client, "noop").await);
+}
+
 // ---------------------------------------------------------------------------
 // Errors
 

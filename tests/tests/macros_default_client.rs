@@ -32,6 +32,11 @@ async fn cron() -> Option<u32> {
     Some(1)
 }
 
+/// `cancel_on_lost` with the default client and a one-line body.
+#[distributed_lock(key = "export:{day}", cancel_on_lost)]
+#[rustfmt::skip]
+async fn export(day: u32) -> Result<u32, JobError> { Ok(day) }
+
 #[tokio::test]
 async fn calls_without_a_client_use_the_installed_default() {
     let env = common::env(5_000);
@@ -39,6 +44,10 @@ async fn calls_without_a_client_use_the_installed_default() {
         .err()
         .is_some_and(|e| e.is_no_default_client()));
     match run_job("before").await {
+        Err(JobError(e)) if e.is_no_default_client() => {}
+        other => panic!("expected NoDefaultClient, got {other:?}"),
+    }
+    match export(1).await {
         Err(JobError(e)) if e.is_no_default_client() => {}
         other => panic!("expected NoDefaultClient, got {other:?}"),
     }
@@ -57,6 +66,10 @@ async fn calls_without_a_client_use_the_installed_default() {
         .unwrap_or_else(|e| panic!("{e:?}"));
     assert!(held, "the body ran without the lock");
     assert_eq!(cron().await, Some(1));
+    let day = within(Duration::from_secs(10), "export", export(2))
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    assert_eq!(day, 2);
     let lock = env
         .client
         .lock("job:nightly")

@@ -20,33 +20,40 @@ async fn shutdown_releases_every_hold_and_takes_no_new_locks() {
     let client = env.client.clone();
 
     // A watchdog hold, a fixed-lease hold, and a hold re-entered twice.
-    let a = client.lock("sd:a").unwrap();
-    let b = client.lock("sd:b").unwrap();
-    let c = client.lock("sd:c").unwrap();
-    let guard_a = a.acquire().await.unwrap();
-    let guard_b = b.acquire_with_lease(Duration::from_secs(60)).await.unwrap();
+    let a = client.lock("sd:a").unwrap_or_else(|e| panic!("{e:?}"));
+    let b = client.lock("sd:b").unwrap_or_else(|e| panic!("{e:?}"));
+    let c = client.lock("sd:c").unwrap_or_else(|e| panic!("{e:?}"));
+    let guard_a = a.acquire().await.unwrap_or_else(|e| panic!("{e:?}"));
+    let guard_b = b
+        .acquire_with_lease(Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}"));
     let (outer_c, inner_c) = lock_core::in_context(async {
-        let outer = c.acquire().await.unwrap();
-        let inner = c.acquire().await.unwrap();
+        let outer = c.acquire().await.unwrap_or_else(|e| panic!("{e:?}"));
+        let inner = c.acquire().await.unwrap_or_else(|e| panic!("{e:?}"));
         (outer, inner)
     })
     .await;
-    assert_eq!(c.hold_count().await.unwrap(), 0, "not this task's context");
+    assert_eq!(
+        c.hold_count().await.unwrap_or_else(|e| panic!("{e:?}")),
+        0,
+        "not this task's context"
+    );
     let field_count: i64 = common::cmd(&mut raw, &["HGET", "sd:c", outer_c.owner_id()]).await;
     assert_eq!(field_count, 2);
 
     // Another client waits for sd:a; a waiter of this client waits for a
     // lock the other client holds.
     let other = common::client_for(&env.server, 30_000);
-    let d = other.lock("sd:d").unwrap();
-    let other_holds_d = d.acquire().await.unwrap();
-    let other_a = other.lock("sd:a").unwrap();
+    let d = other.lock("sd:d").unwrap_or_else(|e| panic!("{e:?}"));
+    let other_holds_d = d.acquire().await.unwrap_or_else(|e| panic!("{e:?}"));
+    let other_a = other.lock("sd:a").unwrap_or_else(|e| panic!("{e:?}"));
     let other_waits = tokio::spawn(async move {
         let started = Instant::now();
         let guard = other_a.acquire_timeout(Duration::from_secs(20)).await;
         (guard.map(|g| g.fencing_token()), started.elapsed())
     });
-    let ours_d = client.lock("sd:d").unwrap();
+    let ours_d = client.lock("sd:d").unwrap_or_else(|e| panic!("{e:?}"));
     let our_waiter = tokio::spawn(async move { ours_d.acquire().await.map(|_| ()) });
     tokio::time::sleep(Duration::from_millis(200)).await;
 
@@ -69,12 +76,20 @@ async fn shutdown_releases_every_hold_and_takes_no_new_locks() {
         matches!(waited, Ok(Err(ref e)) if e.is_closed()),
         "{waited:?}"
     );
-    let refused = client.lock("sd:e").unwrap().acquire().await;
+    let refused = client
+        .lock("sd:e")
+        .unwrap_or_else(|e| panic!("{e:?}"))
+        .acquire()
+        .await;
     assert!(
         matches!(refused, Err(ref e) if e.is_closed()),
         "{refused:?}"
     );
-    let refused = client.lock("sd:e").unwrap().try_acquire().await;
+    let refused = client
+        .lock("sd:e")
+        .unwrap_or_else(|e| panic!("{e:?}"))
+        .try_acquire()
+        .await;
     assert!(
         matches!(refused, Err(ref e) if e.is_closed()),
         "{refused:?}"
@@ -82,7 +97,7 @@ async fn shutdown_releases_every_hold_and_takes_no_new_locks() {
     // The other client got sd:a at once, not after a 30 s lease.
     let (got, waited) = common::within(Duration::from_secs(5), "other client", other_waits)
         .await
-        .unwrap();
+        .unwrap_or_else(|e| panic!("{e:?}"));
     assert!(got.is_ok(), "{got:?}");
     assert!(waited < Duration::from_secs(3), "waited {waited:?}");
 
@@ -94,10 +109,17 @@ async fn shutdown_releases_every_hold_and_takes_no_new_locks() {
     // The other client's hold of sd:d was not touched.
     let d_holder: i64 = common::cmd(&mut raw, &["HGET", "sd:d", other_holds_d.owner_id()]).await;
     assert_eq!(d_holder, 1);
-    other_holds_d.release().await.unwrap();
+    other_holds_d
+        .release()
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}"));
     drop(other);
     let scripts_before = script_calls(&mut raw).await;
-    assert!(guard_a.release().await.unwrap_err().is_lost());
+    let released = guard_a.release().await;
+    assert!(
+        matches!(released, Err(ref e) if e.is_lost()),
+        "{released:?}"
+    );
     drop((guard_b, outer_c, inner_c));
     tokio::time::sleep(Duration::from_millis(200)).await;
     let scripts_after = script_calls(&mut raw).await;
@@ -121,12 +143,18 @@ async fn script_calls(raw: &mut redis::aio::MultiplexedConnection) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_with_redis_unreachable_is_bounded_and_says_so() {
     let env = common::env(30_000);
-    let guard = env.client.lock("sd:down").unwrap().acquire().await.unwrap();
-    env.server.pause().unwrap();
+    let guard = env
+        .client
+        .lock("sd:down")
+        .unwrap_or_else(|e| panic!("{e:?}"))
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("{e:?}"));
+    env.server.pause().unwrap_or_else(|e| panic!("{e:?}"));
     let started = Instant::now();
     let report = env.client.shutdown(Duration::from_millis(800)).await;
     let took = started.elapsed();
-    env.server.resume().unwrap();
+    env.server.resume().unwrap_or_else(|e| panic!("{e:?}"));
     println!("shutdown with Redis paused: {report:?} in {took:?}");
     assert!(took < Duration::from_secs(2), "took {took:?}");
     assert!(!report.is_complete(), "{report:?}");
@@ -141,7 +169,7 @@ async fn shutdown_with_redis_unreachable_is_bounded_and_says_so() {
 #[test]
 fn a_guard_dropped_at_the_end_of_main_is_released() {
     let server = common::server();
-    let rt = tokio::runtime::Runtime::new().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e:?}"));
     let mut raw = rt.block_on(common::raw(&server));
     for run in 0..10 {
         let name = format!("sd:end-of-main:{run}");
@@ -153,7 +181,7 @@ fn a_guard_dropped_at_the_end_of_main_is_released() {
             ],
             Stdio::null(),
         );
-        let out = child.wait_with_output().unwrap();
+        let out = child.wait_with_output().unwrap_or_else(|e| panic!("{e:?}"));
         assert!(out.status.success(), "child failed: {out:?}");
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
@@ -171,7 +199,7 @@ fn a_guard_dropped_at_the_end_of_main_is_released() {
 #[test]
 fn the_end_of_main_check_sees_a_lock_left_behind() {
     let server = common::server();
-    let rt = tokio::runtime::Runtime::new().unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e:?}"));
     let mut raw = rt.block_on(common::raw(&server));
     let name = "sd:end-of-main:planted";
     let child = common::spawn_child(
@@ -182,7 +210,7 @@ fn the_end_of_main_check_sees_a_lock_left_behind() {
         ],
         Stdio::null(),
     );
-    let out = child.wait_with_output().unwrap();
+    let out = child.wait_with_output().unwrap_or_else(|e| panic!("{e:?}"));
     assert!(String::from_utf8_lossy(&out.stdout).contains("held"));
     let exists: i64 = rt.block_on(common::cmd(&mut raw, &["EXISTS", name]));
     assert_eq!(exists, 1, "the planted leftover must be seen");
@@ -200,14 +228,16 @@ fn child_process() {
         .worker_threads(2)
         .enable_all()
         .build()
-        .unwrap();
+        .unwrap_or_else(|e| panic!("{e:?}"));
     runtime.block_on(async move {
-        let client = LockClient::builder(url).build().unwrap();
-        let lock = client.lock(&name).unwrap();
+        let client = LockClient::builder(url)
+            .build()
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        let lock = client.lock(&name).unwrap_or_else(|e| panic!("{e:?}"));
         let guard = lock
             .acquire_with(AcquireOptions::new().lease(Duration::from_secs(60)))
             .await
-            .unwrap();
+            .unwrap_or_else(|e| panic!("{e:?}"));
         println!("held {}", guard.fencing_token());
         drop(guard);
         if role == "exit-at-once" {

@@ -18,6 +18,14 @@
 //!
 //! The ledger also checks an "inside" marker per account and the handler
 //! answers 500 if two withdrawals of one account ever overlap.
+//!
+//! A server shuts down gracefully on SIGTERM, Ctrl-C or when its standard
+//! input closes: axum's `with_graceful_shutdown` lets the requests in
+//! flight finish, then `LockClient::shutdown` gives back every lock the
+//! process still has, so a deploy leaves no lock behind. Each server
+//! serves its metrics (lock-core's and lock-tower's, Prometheus text
+//! format) at `/metrics`; the demo prints one server's lock metrics at the
+//! end.
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -35,7 +43,7 @@ use lock_core::LockClient;
 use lock_examples::ledger::{run_id, Ledger, Outcome};
 use lock_examples::BoxError;
 use lock_tower::{LockLayer, PathSegment};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 const START_BALANCE: i64 = 100;
@@ -57,41 +65,103 @@ async fn main() -> Result<(), BoxError> {
 
 // ---------------------------------------------------------------- server
 
-/// One server process: prints `listening on <addr>`, then serves until its
-/// standard input closes (the demo process ended or let it go).
+/// Extra time a withdrawal keeps its account's lock, from
+/// `$AXUM_ACCOUNTS_HOLD_MS` (the graceful-shutdown test sets it, so that
+/// requests are in flight when the server is told to stop).
+const HOLD_MS_VAR: &str = "AXUM_ACCOUNTS_HOLD_MS";
+
+/// One server process: prints `listening on <addr>`, then serves until
+/// SIGTERM, Ctrl-C, or its standard input closes (the demo process ended
+/// or let it go); then it lets the requests in flight finish, gives back
+/// its locks, and prints `shut down: ...`.
 async fn serve(redis_url: &str, run: &str) -> Result<(), BoxError> {
+    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new().install_recorder()?;
     let client = LockClient::builder(redis_url)
         .key_prefix(format!("example:{run}:"))
         .build()?;
     let ledger = Ledger::connect(redis_url, run).await?;
+    let hold = Duration::from_millis(
+        std::env::var(HOLD_MS_VAR)
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(0),
+    );
 
     let app = Router::new()
         .route("/accounts/{id}/withdraw", post(withdraw))
-        .route("/health", get(|| async { "ok" })) // no key: passes straight through
-        .with_state(ledger)
-        .layer(
-            // "/accounts/{id}/..." → lock "account:{id}"; other paths: no lock.
-            LockLayer::new(client, PathSegment::after("accounts").prefix("account:"))
-                .wait(Duration::from_secs(10)),
-        );
+        // `route_layer`: only requests that matched a route take a lock (a
+        // 404 or 405 answers at once, never queued behind real requests).
+        // "/accounts/{id}/..." → lock "account:{id}".
+        .route_layer(
+            LockLayer::new(
+                client.clone(),
+                PathSegment::after("accounts").prefix("account:"),
+            )
+            .wait(Duration::from_secs(10)),
+        )
+        .route("/health", get(|| async { "ok" })) // added after: never locked
+        .route("/metrics", get(move || std::future::ready(metrics.render())))
+        .with_state(AppState { ledger, hold });
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
     println!("listening on {}", listener.local_addr()?);
     axum::serve(listener, app)
-        .with_graceful_shutdown(async {
-            let mut sink = Vec::new();
-            let _ = tokio::io::stdin().read_to_end(&mut sink).await;
-        })
+        .with_graceful_shutdown(stop_requested())
         .await?;
+    // Every request has been answered; give back whatever is still held
+    // (and wait for the releases of dropped guards), at most 5 s.
+    let report = client.shutdown(Duration::from_secs(5)).await;
+    println!(
+        "shut down: released {} lock(s), {} already gone, {} failed, in time: {}",
+        report.released, report.not_held, report.failed, report.finished_in_time
+    );
     Ok(())
+}
+
+/// Resolves on SIGTERM, Ctrl-C, or when standard input closes.
+async fn stop_requested() {
+    // Read on a plain thread: tokio's stdin reads on a blocking-pool
+    // thread that would keep the runtime from shutting down while the
+    // input stays open (a SIGTERM with stdin still open).
+    let (closed_tx, closed_rx) = tokio::sync::oneshot::channel::<()>();
+    std::thread::spawn(move || {
+        let mut sink = Vec::new();
+        let _ = std::io::Read::read_to_end(&mut std::io::stdin(), &mut sink);
+        let _ = closed_tx.send(());
+    });
+    let stdin_closed = async {
+        let _ = closed_rx.await;
+    };
+    let sigterm = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                term.recv().await;
+            }
+            Err(_) => std::future::pending().await,
+        }
+    };
+    tokio::select! {
+        _ = stdin_closed => {}
+        _ = sigterm => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
+}
+
+#[derive(Clone)]
+struct AppState {
+    ledger: Ledger,
+    hold: Duration,
 }
 
 /// `POST /accounts/{id}/withdraw` with the amount as the body.
 async fn withdraw(
-    State(mut ledger): State<Ledger>,
+    State(AppState { mut ledger, hold }): State<AppState>,
     Path(id): Path<String>,
     body: String,
 ) -> (StatusCode, String) {
+    if !hold.is_zero() {
+        tokio::time::sleep(hold).await;
+    }
     let Ok(amount) = body.trim().parse::<i64>() else {
         return (
             StatusCode::BAD_REQUEST,
@@ -123,8 +193,33 @@ async fn withdraw(
 
 /// A server process started by the demo; killed when dropped.
 struct ServerProcess {
-    _child: Child,
+    child: Child,
+    lines: tokio::io::Lines<BufReader<tokio::process::ChildStdout>>,
     base: String,
+}
+
+impl ServerProcess {
+    /// Closes the server's standard input (it shuts down gracefully) and
+    /// returns its `shut down: ...` line.
+    async fn stop(mut self) -> Result<String, BoxError> {
+        drop(self.child.stdin.take());
+        let mut report = None;
+        let read = async {
+            while let Some(line) = self.lines.next_line().await? {
+                if line.starts_with("shut down: ") {
+                    report = Some(line);
+                }
+            }
+            self.child.wait().await
+        };
+        let status = tokio::time::timeout(Duration::from_secs(30), read)
+            .await
+            .map_err(|_| "server did not stop within 30 s")??;
+        if !status.success() {
+            return Err(format!("server exited with {status}").into());
+        }
+        report.ok_or_else(|| "server stopped without its shutdown report".into())
+    }
 }
 
 async fn start_server(url: &str, run: &str) -> Result<ServerProcess, BoxError> {
@@ -144,10 +239,8 @@ async fn start_server(url: &str, run: &str) -> Result<ServerProcess, BoxError> {
     let addr = line
         .strip_prefix("listening on ")
         .ok_or_else(|| format!("unexpected server output: {line}"))?;
-    Ok(ServerProcess {
-        _child: child,
-        base: format!("http://{addr}"),
-    })
+    let base = format!("http://{addr}");
+    Ok(ServerProcess { child, lines, base })
 }
 
 struct Reply {
@@ -251,9 +344,31 @@ async fn demo() -> Result<(), BoxError> {
         return Err("different accounts did not run concurrently".into());
     }
 
+    // 3. The lock metrics of one server (Prometheus text format).
+    let res = http
+        .get(format!("{}/metrics", servers[0].base).parse()?)
+        .await?;
+    let page = res.into_body().collect().await?.to_bytes();
+    println!("lock metrics of server 1:");
+    for line in String::from_utf8_lossy(&page)
+        .lines()
+        .filter(|l| l.starts_with("lock_") && !l.contains("_bucket"))
+    {
+        println!("  {line}");
+    }
+
+    // 4. Both servers stop gracefully and give back their locks.
+    for (i, server) in servers.into_iter().enumerate() {
+        println!("server {}: {}", i + 1, server.stop().await?);
+    }
+    let left = ledger.lock_keys().await?;
+    if !left.is_empty() {
+        return Err(format!("locks left behind after shutdown: {left:?}").into());
+    }
+
     for account in &accounts {
         ledger.remove(account).await?;
     }
-    println!("ok: one account serialized across processes, different accounts concurrent");
+    println!("ok: one account serialized across processes, different accounts concurrent, no lock left behind");
     Ok(())
 }

@@ -11,13 +11,19 @@ use pin_project_lite::pin_project;
 use tower_service::Service;
 
 use crate::error::LockError;
-use crate::flavour::Flavour;
+use crate::flavour::{AttachHeldLock, Flavour};
+use crate::observe;
 
 /// The lock acquisition. lock-core's acquire is an `async fn`, whose future
 /// has no name on stable Rust, so it is the one thing boxed: once per keyed
 /// request, next to at least one Redis round trip. The inner service's
 /// future is never boxed, and requests without a key allocate nothing.
 pub(crate) type Acquire = Pin<Box<dyn Future<Output = lock_core::Result<LockGuard>> + Send>>;
+
+/// [`HeldLock::lost`](lock_core::HeldLock::lost) of the request's lock,
+/// with `cancel_on_lost` only: boxed for the same reason, once per keyed
+/// request of such a layer.
+type Lost = Pin<Box<dyn Future<Output = ()> + Send>>;
 
 pin_project! {
     #[project = StateProj]
@@ -27,9 +33,22 @@ pin_project! {
         Passthrough { #[pin] future: S::Future },
         // Waiting for the lock. The inner service (the clone that was
         // polled ready) is called only once the lock is held.
-        Acquiring { acquire: Acquire, service: S, req: Req, key: String, ctx: LockContext },
-        // The lock is held; the inner future runs inside the lock context.
-        Running { #[pin] future: S::Future, guard: Option<LockGuard>, ctx: LockContext },
+        Acquiring {
+            acquire: Acquire,
+            service: S,
+            req: Req,
+            key: String,
+            ctx: LockContext,
+            cancel_on_lost: bool,
+        },
+        // The lock is held; the inner future runs inside the lock context,
+        // raced against the loss of the lock with `cancel_on_lost`.
+        Running {
+            #[pin] future: S::Future,
+            guard: Option<LockGuard>,
+            ctx: LockContext,
+            lost: Option<Lost>,
+        },
         // The lock could not even be asked for (invalid key).
         Rejected { error: LockError },
         Done,
@@ -40,7 +59,10 @@ pin_project! {
     /// Response future of [`Lock`](crate::Lock): takes the request's lock
     /// (bounded by the layer's wait), calls the inner service inside the
     /// request's [`LockContext`], and hands the lock guard to the flavour
-    /// with the response.
+    /// with the response. With
+    /// [`cancel_on_lost`](crate::LockLayer::cancel_on_lost), a lock lost
+    /// before the inner future completes drops that future and answers
+    /// with the flavour's rejection.
     ///
     /// Dropping it (the client went away) drops the acquisition — lock-core
     /// gives back a lock granted meanwhile — or the guard, which releases
@@ -78,6 +100,7 @@ impl<S: Service<Req>, Req, F> ResponseFuture<S, Req, F> {
         req: Req,
         key: String,
         ctx: LockContext,
+        cancel_on_lost: bool,
         flavour: Arc<F>,
     ) -> Self {
         ResponseFuture {
@@ -87,6 +110,7 @@ impl<S: Service<Req>, Req, F> ResponseFuture<S, Req, F> {
                 req,
                 key,
                 ctx,
+                cancel_on_lost,
             },
             flavour,
         }
@@ -118,7 +142,7 @@ impl<S: Service<Req>, Req, F> fmt::Debug for ResponseFuture<S, Req, F> {
 impl<S, Req, F> Future for ResponseFuture<S, Req, F>
 where
     S: Service<Req>,
-    F: Flavour<S::Response, S::Error>,
+    F: Flavour<S::Response, S::Error> + AttachHeldLock<Req>,
 {
     type Output = Result<F::Response, F::Error>;
 
@@ -138,16 +162,24 @@ where
                         Err(e) => {
                             let error = LockError::new(std::mem::take(key), e);
                             this.state.set(State::Done);
-                            return Poll::Ready(this.flavour.rejection(error));
+                            return Poll::Ready(reject(&**this.flavour, error));
                         }
                     };
                     let StateOwned::Acquiring {
-                        service, req, ctx, ..
+                        service,
+                        req,
+                        ctx,
+                        cancel_on_lost,
+                        ..
                     } = this.state.as_mut().project_replace(State::Done)
                     else {
                         unreachable!("the state was Acquiring a moment ago");
                     };
-                    let mut service = service;
+                    let (mut service, mut req) = (service, req);
+                    let held = guard.held_lock();
+                    this.flavour.attach(&mut req, &held);
+                    let lost = cancel_on_lost
+                        .then(|| -> Lost { Box::pin(async move { held.lost().await }) });
                     // The handler runs inside the lock's section.
                     let ctx = ctx.enter(&guard);
                     let future = match in_context(&ctx, cx, |_| Poll::Ready(service.call(req))) {
@@ -158,13 +190,41 @@ where
                         future,
                         guard: Some(guard),
                         ctx,
+                        lost,
                     });
                 }
-                StateProj::Running { future, guard, ctx } => {
-                    let out = ready!(in_context(ctx, cx, |cx| future.poll(cx)));
-                    let guard = guard.take();
-                    this.state.set(State::Done);
-                    return Poll::Ready(finish(&**this.flavour, out, guard));
+                StateProj::Running {
+                    future,
+                    guard,
+                    ctx,
+                    lost,
+                } => {
+                    // The handler first: an answer ready in the same poll as
+                    // the loss is kept (its work is done either way).
+                    if let Poll::Ready(out) = in_context(ctx, cx, |cx| future.poll(cx)) {
+                        let guard = guard.take();
+                        this.state.set(State::Done);
+                        return Poll::Ready(finish(&**this.flavour, out, guard));
+                    }
+                    match lost {
+                        Some(lost) => ready!(lost.as_mut().poll(cx)),
+                        None => return Poll::Pending,
+                    }
+                    // Lost: the handler's future is dropped here, at its
+                    // current await, before the guard (whose drop gives back
+                    // whatever is left of the hold, in the background).
+                    let StateOwned::Running { guard, .. } =
+                        this.state.as_mut().project_replace(State::Done)
+                    else {
+                        unreachable!("the state was Running a moment ago");
+                    };
+                    let Some(guard) = guard else {
+                        unreachable!("a running request holds its guard");
+                    };
+                    let name = guard.name().to_string();
+                    drop(guard);
+                    let error = LockError::new(name.clone(), lock_core::Error::Lost { name });
+                    return Poll::Ready(reject(&**this.flavour, error));
                 }
                 StateProj::Rejected { .. } => {
                     let StateOwned::Rejected { error } =
@@ -172,12 +232,22 @@ where
                     else {
                         unreachable!("the state was Rejected a moment ago");
                     };
-                    return Poll::Ready(this.flavour.rejection(error));
+                    return Poll::Ready(reject(&**this.flavour, error));
                 }
                 StateProj::Done => panic!("lock_tower::ResponseFuture polled after completion"),
             }
         }
     }
+}
+
+/// The flavour's answer to `error`, reported first (one log event, one
+/// count).
+fn reject<F, R, E>(flavour: &F, error: LockError) -> Result<F::Response, F::Error>
+where
+    F: Flavour<R, E>,
+{
+    observe::rejection(&error);
+    flavour.rejection(error)
 }
 
 fn finish<F, R, E>(

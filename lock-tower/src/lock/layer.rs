@@ -29,11 +29,12 @@ pub(crate) struct Shared<K> {
     pub(crate) key: K,
 }
 
-/// The wait bound and the lease.
+/// The wait bound, the lease, and whether a lost lock cancels the request.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Settings {
     wait: Duration,
     lease: Option<Duration>,
+    pub(crate) cancel_on_lost: bool,
 }
 
 impl Settings {
@@ -60,6 +61,17 @@ impl Settings {
 /// [`Grpc`](crate::Grpc) from [`LockLayer::grpc`], [`Generic`] from
 /// [`LockLayer::generic`]). Defaults: wait at most [`DEFAULT_WAIT`], keep
 /// the lock with the watchdog lease (renewed while the request runs).
+///
+/// With axum, add it with `Router::route_layer`, not `Router::layer`:
+/// `layer` also wraps the router's fallback, so requests that match no
+/// route (404s, whatever their path) would derive a key and take a lock
+/// too.
+///
+/// For each request with a key, the inner service runs with the lock
+/// held and can read it (name, fencing token, lost signal): from the
+/// request's extensions for the HTTP and gRPC flavours
+/// ([`AttachHeldLock`](crate::AttachHeldLock)), and from
+/// [`HeldLock::current`](lock_core::HeldLock::current) in every flavour.
 ///
 /// Cloning the layer is cheap and the clones share everything: the
 /// client's per-key local queues (same-key requests of one process queue
@@ -114,6 +126,7 @@ impl<K, F> LockLayer<K, F> {
             settings: Settings {
                 wait: DEFAULT_WAIT,
                 lease: None,
+                cancel_on_lost: false,
             },
             flavour: Arc::new(flavour),
         }
@@ -163,6 +176,49 @@ impl<K, F> LockLayer<K, F> {
     #[must_use]
     pub fn watchdog_lease(mut self) -> Self {
         self.settings.lease = None;
+        self
+    }
+
+    /// Cancels a request whose lock is lost while its handler runs: the
+    /// inner service's future is raced against
+    /// [`HeldLock::lost`](lock_core::HeldLock::lost) and, if the lock goes
+    /// first (a renewal finds it gone, or its deadline passes: Redis
+    /// unreachable, a fixed [`lease`](Self::lease) ran out), the future is
+    /// dropped at its current `.await` and the request is answered with
+    /// the flavour's "lost" rejection: HTTP `503` (no `Retry-After`), gRPC
+    /// `ABORTED`, generic `Err` holding a [`LockError`](crate::LockError)
+    /// whose [`is_lost`](crate::LockError::is_lost) is true. Change the
+    /// answer like the other rejections, with `on_rejection` (check
+    /// [`LockError::is_lost`](crate::LockError::is_lost)). Off by default:
+    /// the handler then runs to its end even when the lock was lost
+    /// (lock-core reports the loss), and should check
+    /// [`HeldLock::ensure_held`](lock_core::HeldLock::ensure_held) itself.
+    ///
+    /// What it covers: the inner service's future, from the call until it
+    /// has produced the response (the head, for HTTP and gRPC). It does
+    /// not cover a response body streamed with
+    /// [`hold_until_body_end`](Self::hold_until_body_end): once the head
+    /// is sent, the answer cannot be changed into a rejection, and cutting
+    /// the body short could pass for a complete one. A body producer that
+    /// must stop with the lock watches the [`HeldLock`](lock_core::HeldLock)
+    /// it took from the request itself (`lost()`, or a
+    /// `cancellation_token()`). Work the handler spawned is not cancelled
+    /// either.
+    ///
+    /// Cancelling drops the handler mid-way, as when a client goes away:
+    /// use it for handlers whose every `.await` is a safe place to stop
+    /// (writes fenced with the lock's token, or transactional).
+    ///
+    /// ```
+    /// # fn demo(client: lock_core::LockClient) {
+    /// let layer = lock_tower::LockLayer::generic(client, |job: &(u32, String)| Some(format!("tenant:{}", job.0)))
+    ///     .cancel_on_lost();
+    /// # let _ = layer;
+    /// # }
+    /// ```
+    #[must_use]
+    pub fn cancel_on_lost(mut self) -> Self {
+        self.settings.cancel_on_lost = true;
         self
     }
 
@@ -230,6 +286,7 @@ mod tests {
         let s = Settings {
             wait: Duration::ZERO,
             lease: Some(Duration::ZERO),
+            cancel_on_lost: false,
         };
         assert_eq!(
             s.acquire_options(),
@@ -240,6 +297,7 @@ mod tests {
         let s = Settings {
             wait: Duration::from_secs(1),
             lease: Some(Duration::MAX),
+            cancel_on_lost: false,
         };
         assert_eq!(
             s.acquire_options(),

@@ -3,7 +3,7 @@
 //!
 //! # Usage
 //!
-//! See the [crate docs](crate) for `ServiceBuilder`, axum `Router::layer`
+//! See the [crate docs](crate) for `ServiceBuilder`, axum `Router::route_layer`
 //! and tonic `Server::builder().layer`.
 
 mod future;

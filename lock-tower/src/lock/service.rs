@@ -10,7 +10,7 @@ use tower_service::Service;
 use super::future::ResponseFuture;
 use super::layer::{Settings, Shared};
 use crate::error::LockError;
-use crate::flavour::Flavour;
+use crate::flavour::{AttachHeldLock, Flavour};
 use crate::key::MakeLockKey;
 
 /// Middleware that runs requests with the same key one at a time, across
@@ -20,8 +20,9 @@ use crate::key::MakeLockKey;
 /// - `call` derives the key. No key: the inner service is called at once
 ///   and nothing else happens. A key: the inner service that was polled
 ///   ready is moved into the [`ResponseFuture`] (a clone stays behind),
-///   which takes the lock and only then calls it, inside a
-///   [`LockContext`] (the caller's, or a new one).
+///   which takes the lock, hands it to the request
+///   ([`AttachHeldLock`]) and only then calls it, inside a
+///   [`LockContext`] (the caller's, or a new one) section of the lock.
 ///
 /// ```
 /// use lock_tower::{Lock, LockLayer};
@@ -125,7 +126,7 @@ impl<S, K, F, Req> Service<Req> for Lock<S, K, F>
 where
     S: Service<Req> + Clone,
     K: MakeLockKey<Req>,
-    F: Flavour<S::Response, S::Error>,
+    F: Flavour<S::Response, S::Error> + AttachHeldLock<Req>,
 {
     type Response = F::Response;
     type Error = F::Error;
@@ -158,6 +159,14 @@ where
         // takes its place (it will be polled ready before the next call).
         let clone = self.inner.clone();
         let service = std::mem::replace(&mut self.inner, clone);
-        ResponseFuture::acquiring(acquire, service, req, key, ctx, flavour)
+        ResponseFuture::acquiring(
+            acquire,
+            service,
+            req,
+            key,
+            ctx,
+            self.settings.cancel_on_lost,
+            flavour,
+        )
     }
 }

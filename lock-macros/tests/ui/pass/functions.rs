@@ -1,6 +1,7 @@
 //! Free fns: every option, every supported return type, key templates,
 //! generics, `impl Trait` and destructured arguments, early returns, and
 //! futures that stay `Send`.
+#![deny(warnings)]
 use std::fmt::Display;
 use std::sync::Arc;
 
@@ -147,6 +148,28 @@ async fn pick(n: u8) -> ShopResult<Option<u8>> {
     Ok(Some(n))
 }
 
+/// `cancel_on_lost`, alone and with the other options but `skip_if_locked`.
+#[distributed_lock(key = "transfer:{id}", cancel_on_lost)]
+async fn transfer(id: u64) -> Result<u64, ShopError> {
+    let left = check_stock(1)?;
+    Ok(id + u64::from(left))
+}
+
+#[distributed_lock(
+    key = "settle:{day}",
+    wait = "5s",
+    lease = "30s",
+    client = client,
+    cancel_on_lost,
+    crate = "::lock_core"
+)]
+async fn settle(client: &LockClient, day: u32) -> ShopResult<()> {
+    if day == 0 {
+        return Err(ShopError::OutOfStock);
+    }
+    Ok(())
+}
+
 fn assert_send<T: Send>(_: T) {}
 
 /// Compiled, never run: the futures are `Send` (they would not spawn otherwise).
@@ -165,8 +188,11 @@ fn futures_are_send(client: LockClient, order: &'static Order) {
     assert_send(run_job("x"));
     assert_send(sync_once());
     assert_send(pick(1));
+    assert_send(transfer(1));
+    assert_send(settle(&client, 1));
     tokio::spawn(buy("sku", 2));
     tokio::spawn(nightly_report());
+    tokio::spawn(transfer(2));
     tokio::spawn(async move { pay(&client, order).await });
 }
 

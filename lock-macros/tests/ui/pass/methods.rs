@@ -2,6 +2,7 @@
 //! async fns in traits (native, no `#[async_trait]`), with and without a
 //! `Send` bound; a trait's default method; recursion; a crate that
 //! re-exports lock-core.
+#![deny(warnings)]
 use std::future::Future;
 use std::sync::Arc;
 
@@ -56,6 +57,12 @@ impl Payments {
     #[distributed_lock(key = "boxed", client = self.locks.clone())]
     pub async fn boxed(self: Box<Self>) -> Result<u64, PayError> {
         Ok(self.paid)
+    }
+
+    /// `cancel_on_lost` on a method: dropped when the lock is lost.
+    #[distributed_lock(key = "refund:{order.id}", client = &self.locks, cancel_on_lost)]
+    pub async fn refund(&self, order: &Order) -> Result<u64, PayError> {
+        Ok(order.id + self.paid)
     }
 
     /// No `self` needed: an associated fn with the default client.
@@ -140,6 +147,7 @@ fn futures_are_send(payments: Payments, repo: &'static Repo<String>) {
     let user = User { id: 2 };
     assert_send(payments.pay(&order, &user));
     assert_send(payments.countdown(3));
+    assert_send(payments.refund(&order));
     assert_send(payments.restock("x"));
     assert_send(payments.handle(1));
     assert_send(Payments::audit(1));
