@@ -117,6 +117,19 @@ impl LockError {
         self.source.is_lost()
     }
 
+    /// The lock client was shut down ([`LockClient::shutdown`](lock_core::LockClient::shutdown)):
+    /// this replica is going away and takes no new locks; another replica
+    /// can serve the request.
+    ///
+    /// ```
+    /// let err = lock_tower::LockError::new("k", lock_core::Error::Closed);
+    /// assert!(err.is_closed() && !err.is_redis());
+    /// assert_eq!(err.reason(), "closed");
+    /// ```
+    pub fn is_closed(&self) -> bool {
+        self.source.is_closed()
+    }
+
     /// The case in one word, the `reason` of the layer's log events and of
     /// its `lock_tower_rejections_total` counter:
     ///
@@ -125,7 +138,8 @@ impl LockError {
     /// | `"busy"` | [`is_busy`](Self::is_busy): the wait bound passed |
     /// | `"invalid_key"` | [`is_invalid_key`](Self::is_invalid_key) |
     /// | `"lost"` | [`is_lost`](Self::is_lost): cancelled by `cancel_on_lost` |
-    /// | `"redis"` | anything else: Redis failed ([`is_redis`](Self::is_redis)), or the lock store could not be used at all (the client was shut down) |
+    /// | `"closed"` | [`is_closed`](Self::is_closed): the client was shut down |
+    /// | `"redis"` | anything else: Redis failed ([`is_redis`](Self::is_redis)) |
     ///
     /// ```
     /// let err = lock_tower::LockError::new("k", lock_core::Error::PoolTimeout);
@@ -138,6 +152,8 @@ impl LockError {
             "invalid_key"
         } else if self.is_lost() {
             "lost"
+        } else if self.is_closed() {
+            "closed"
         } else {
             "redis"
         }

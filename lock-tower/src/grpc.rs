@@ -26,6 +26,7 @@ type Rejection = Arc<dyn Fn(&LockError) -> Status + Send + Sync>;
 /// | busy: the wait bound passed | `UNAVAILABLE` (clients may retry the call as is) |
 /// | invalid key: empty or too long | `INVALID_ARGUMENT` |
 /// | lost while the handler ran, with [`cancel_on_lost`](LockLayer::cancel_on_lost) | `ABORTED` (retry at a higher level: the call may have done part of its work) |
+/// | the lock client was shut down ([`LockError::is_closed`]) | `UNAVAILABLE` (another replica can take the call) |
 /// | Redis failed, or anything else | `INTERNAL` |
 ///
 /// This follows the HTTP flavour (503 / 400 / 500) through gRPC's own
@@ -72,6 +73,8 @@ impl Grpc {
             Status::invalid_argument("invalid lock key")
         } else if err.is_lost() {
             Status::aborted("lock lost, call cancelled")
+        } else if err.is_closed() {
+            Status::unavailable("shutting down")
         } else {
             Status::internal("lock unavailable")
         }

@@ -33,6 +33,7 @@ type Rejection = Arc<dyn Fn(&LockError) -> Response<Bytes> + Send + Sync>;
 /// | busy: the wait bound passed ([`LockError::is_busy`]) | `503 Service Unavailable` + `Retry-After: 1` | `lock busy, retry later` |
 /// | invalid key: empty or too long ([`LockError::is_invalid_key`]) | `400 Bad Request` | `invalid lock key` |
 /// | lost while the handler ran, with [`cancel_on_lost`](LockLayer::cancel_on_lost) ([`LockError::is_lost`]) | `503 Service Unavailable`, no `Retry-After` | `lock lost, request cancelled` |
+/// | the lock client was shut down ([`LockError::is_closed`]): this replica is going away | `503 Service Unavailable` | `shutting down` |
 /// | Redis failed ([`LockError::is_redis`]) or anything else | `500 Internal Server Error` | `lock unavailable` |
 ///
 /// Contention is a 503 with `Retry-After` because that is what clients and
@@ -106,6 +107,8 @@ impl Http {
                 StatusCode::SERVICE_UNAVAILABLE,
                 "lock lost, request cancelled\n",
             )
+        } else if err.is_closed() {
+            (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
         } else {
             (StatusCode::INTERNAL_SERVER_ERROR, "lock unavailable\n")
         };

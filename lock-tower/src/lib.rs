@@ -35,8 +35,8 @@
 //!
 //! | made by | requests | when the lock cannot be taken | error type |
 //! |---|---|---|---|
-//! | [`LockLayer::new`] ([`Http`]) | `http::Request` | a response: 503 + `Retry-After` busy, 500 Redis failure, 400 bad key (503 lost, with [`cancel_on_lost`](LockLayer::cancel_on_lost)) | the inner service's (axum: `Infallible`) |
-//! | [`LockLayer::grpc`] ([`Grpc`], feature `tonic`) | `http::Request` (tonic) | a gRPC status: `UNAVAILABLE` busy, `INTERNAL` Redis failure, `INVALID_ARGUMENT` bad key (`ABORTED` lost) | the inner service's |
+//! | [`LockLayer::new`] ([`Http`]) | `http::Request` | a response: 503 + `Retry-After` busy, 500 Redis failure, 400 bad key, 503 client shut down (503 lost, with [`cancel_on_lost`](LockLayer::cancel_on_lost)) | the inner service's (axum: `Infallible`) |
+//! | [`LockLayer::grpc`] ([`Grpc`], feature `tonic`) | `http::Request` (tonic) | a gRPC status: `UNAVAILABLE` busy, `INTERNAL` Redis failure, `INVALID_ARGUMENT` bad key, `UNAVAILABLE` client shut down (`ABORTED` lost) | the inner service's |
 //! | [`LockLayer::generic`] ([`Generic`]) | anything | `Err(BoxError)` holding a [`LockError`] (for `HandleErrorLayer`) | [`BoxError`] |
 //!
 //! # With `ServiceBuilder`
@@ -212,7 +212,8 @@
 //! | `busy` | DEBUG | the wait bound passed: another request held the key (ordinary contention) |
 //! | `invalid_key` | DEBUG | the key is not a valid lock name (usually the client's input) |
 //! | `lost` | INFO | [`cancel_on_lost`](LockLayer::cancel_on_lost) cancelled a request (lock-core reports the loss itself, at WARN) |
-//! | `redis` | WARN, with an `error` field | Redis failed, or the lock store could not be used at all (the client was shut down) |
+//! | `closed` | INFO | the lock client was shut down ([`LockError::is_closed`]): 503 / `UNAVAILABLE` |
+//! | `redis` | WARN, with an `error` field | Redis failed |
 //!
 //! Contention and bad input are the normal life of a locked service, so
 //! they stay at DEBUG; a Redis failure is the server's fault and turns into
@@ -227,7 +228,7 @@
 //!
 //! | metric | type | labels |
 //! |---|---|---|
-//! | `lock_tower_rejections_total` | counter | `reason`: `busy`, `invalid_key`, `lost`, `redis` (as in "Logging") |
+//! | `lock_tower_rejections_total` | counter | `reason`: `busy`, `invalid_key`, `lost`, `closed`, `redis` (as in "Logging") |
 //!
 //! Incremented once per rejection, by every layer of the process. There
 //! is no per-key label: keys are unbounded (one per account, tenant, ...)

@@ -18,6 +18,8 @@ pub(crate) fn rejection(err: &LockError) {
         tracing::debug!(target: TARGET, lock, reason, "request rejected: {err}");
     } else if err.is_lost() {
         tracing::info!(target: TARGET, lock, reason, "request cancelled: {err}");
+    } else if err.is_closed() {
+        tracing::info!(target: TARGET, lock, reason, "request rejected: {err}");
     } else {
         let error = err.lock_error();
         tracing::warn!(target: TARGET, lock, reason, %error, "request rejected: {err}");

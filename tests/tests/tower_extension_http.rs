@@ -239,3 +239,55 @@ async fn without_cancel_on_lost_the_handler_runs_to_its_end() {
     let after: Option<i64> = cmd(&mut observer, &["GET", "after:2"]).await;
     assert_eq!(after, Some(1));
 }
+
+/// `LockClient::shutdown` while requests wait behind a held key: the
+/// waiting request and every later one are answered `503 shutting down`
+/// (another replica can serve them), and the running handler's lock is
+/// given back at once (seen by a raw connection), not after its lease.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shut_down_client_answers_503_shutting_down() {
+    let server = common::server();
+    let client = prefixed_client(&server, Duration::from_secs(30));
+    let layer = account_layer(client.clone());
+    let (http, mut entries) = slow_server(&server, layer, Duration::from_secs(2)).await;
+    let http_client = http_client();
+    let slow = tokio::spawn({
+        let (c, url) = (http_client.clone(), http.url("/accounts/1/slow"));
+        async move { send(&c, "POST", url).await }
+    });
+    within(
+        Duration::from_secs(5),
+        "the slow handler starts",
+        entries.recv(),
+    )
+    .await;
+    let waiting = tokio::spawn({
+        let (c, url) = (http_client.clone(), http.url("/accounts/1/fast"));
+        async move { send(&c, "POST", url).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    let report = client.shutdown(Duration::from_secs(2)).await;
+    assert_eq!(report.released, 1, "{report:?}");
+    let mut observer = raw(&server).await;
+    let exists: i64 = cmd(&mut observer, &["EXISTS", "app:account:1"]).await;
+    assert_eq!(exists, 0, "the running handler's lock was not given back");
+
+    let reply = within(Duration::from_secs(2), "the waiting request", waiting)
+        .await
+        .expect("task");
+    assert_eq!(
+        (reply.status, reply.body.as_str()),
+        (503, "shutting down\n")
+    );
+    let reply = send(&http_client, "POST", http.url("/accounts/2/fast")).await;
+    assert_eq!(
+        (reply.status, reply.body.as_str()),
+        (503, "shutting down\n")
+    );
+    // The running handler finishes; its lock was given up under it.
+    let reply = within(Duration::from_secs(5), "the slow request", slow)
+        .await
+        .expect("task");
+    assert_eq!((reply.status, reply.body.as_str()), (200, "held=false"));
+}
