@@ -160,14 +160,14 @@ async fn http_level(client: &LockClient, n: usize) -> Result<(), BoxError> {
         .merge(
             Router::new()
                 .route("/nokey/{i}", get(|| async { "ok" }))
-                .layer(LockLayer::new(client.clone(), |_: &Request<Body>| {
+                .route_layer(LockLayer::new(client.clone(), |_: &Request<Body>| {
                     None::<String>
                 })),
         )
         .merge(
             Router::new()
                 .route("/key/{i}", get(|| async { "ok" }))
-                .layer(LockLayer::new(client.clone(), key_from_path)),
+                .route_layer(LockLayer::new(client.clone(), key_from_path)),
         )
         .route(
             "/hand/{i}",
