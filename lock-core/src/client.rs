@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::hold::Hold;
 use crate::keys::LockKeys;
 use crate::lock::Lock;
+use crate::metrics;
 use crate::pubsub::PubSub;
 use crate::queue::LocalQueues;
 use crate::scripts::{Script, Scripts};
@@ -166,18 +167,36 @@ impl Core {
     }
 
     /// Releases one count of the hold `owner`, handing the lock to the next
-    /// local waiter when there is one and the streak allows it. Returns
-    /// Ok(true) when the hold existed, Ok(false) when it did not.
+    /// local waiter when there is one and the streak allows it, and counts
+    /// the release (`lock_core_releases_total`).
     ///
     /// Call it from a task of its own: it must run to the end, or a waiter
     /// picked for a hand-off would wait for a decision that never comes.
     pub(crate) async fn release_hold(
         &self,
-        keys: &LockKeys,
+        keys: &Arc<LockKeys>,
         owner: &Arc<str>,
         lease_ms: u64,
-    ) -> Result<bool> {
-        let mut first: Option<Result<bool>> = None;
+    ) -> Result<Released> {
+        let result = self.release_one(keys, owner, lease_ms).await;
+        crate::metrics::release(match result {
+            Ok(Released::NotHeld) => metrics::ReleaseOutcome::NotHeld,
+            Ok(_) => metrics::ReleaseOutcome::Released,
+            Err(_) => metrics::ReleaseOutcome::Error,
+        });
+        result
+    }
+
+    /// [`release_hold`](Self::release_hold) without the count.
+    async fn release_one(
+        &self,
+        keys: &Arc<LockKeys>,
+        owner: &Arc<str>,
+        lease_ms: u64,
+    ) -> Result<Released> {
+        // The outcome for the caller: that of the first hold released (the
+        // loop goes on only to pass on a hand-off its waiter abandoned).
+        let mut first: Option<Result<Released>> = None;
         let (mut owner, mut lease_ms) = (owner.clone(), lease_ms);
         loop {
             let Some(next) = self.queues.offer(&keys.lock, &owner) else {
@@ -186,8 +205,11 @@ impl Core {
                         self.queues.release_stalled(&keys.lock, &owner)
                     })
                     .await;
-                match outcome {
-                    Ok(ReleaseOutcome::HoldsRemain) => self.queues.still_held(&keys.lock, &owner),
+                let result = match outcome {
+                    Ok(ReleaseOutcome::HoldsRemain) => {
+                        self.queues.still_held(&keys.lock, &owner);
+                        Ok(Released::HoldsRemain)
+                    }
                     Ok(ReleaseOutcome::Freed { told }) => {
                         // Other clients wait too (the unlock message reached
                         // more clients than this one): this client's head
@@ -197,10 +219,17 @@ impl Core {
                         let step_back = others_wait.then(|| self.step_back_window());
                         self.queues
                             .ended_stepping_back(&keys.lock, &owner, step_back);
+                        Ok(Released::Freed)
                     }
-                    _ => self.queues.ended(&keys.lock, &owner),
-                }
-                let result = outcome.map(|o| o != ReleaseOutcome::NotHeld);
+                    Ok(ReleaseOutcome::NotHeld) => {
+                        self.queues.ended(&keys.lock, &owner);
+                        Ok(Released::NotHeld)
+                    }
+                    Err(e) => {
+                        self.queues.ended(&keys.lock, &owner);
+                        Err(e)
+                    }
+                };
                 return first.unwrap_or(result);
             };
             let next_lease = next.lease.unwrap_or(self.config.watchdog_timeout);
@@ -212,12 +241,21 @@ impl Core {
                 .await
             {
                 Ok(HandOff::Given { token }) => {
-                    let Some(hold) =
-                        Hold::granted(next_owner.clone(), token, next.context, sent_at, next_lease)
-                    else {
+                    let Some(hold) = Hold::granted(
+                        keys.clone(),
+                        next_owner.clone(),
+                        token,
+                        next.context,
+                        sent_at,
+                        next_lease,
+                    ) else {
                         // The hand-off's reply came after the new hold's
                         // validity: nobody may use it. Free the lock.
-                        tracing::debug!(lock = %keys.lock, "hand-off confirmed too late; freeing the lock");
+                        tracing::debug!(
+                            lock = %keys.name,
+                            key = %keys.lock,
+                            "lock hand-off confirmed too late; freeing the lock"
+                        );
                         self.queues.withdraw(&keys.lock, &next);
                         self.queues.ended(&keys.lock, &owner);
                         let request = keys.latch(&next_owner);
@@ -225,15 +263,28 @@ impl Core {
                             .cancel(keys, &next_owner, CancelMode::New, &request, next_lease_ms)
                             .await;
                         if let Err(e) = undone {
-                            tracing::warn!(lock = %keys.lock, error = %e, "freeing a late hand-off failed; the lock expires with its lease");
+                            tracing::warn!(
+                                lock = %keys.name,
+                                key = %keys.lock,
+                                error = %e,
+                                "freeing a late lock hand-off failed; the lock expires with its lease"
+                            );
                         }
-                        return first.unwrap_or(Ok(true));
+                        return first.unwrap_or(Ok(Released::Freed));
                     };
-                    tracing::debug!(lock = %keys.lock, from = %owner, to = %next_owner, token, "lock handed off");
+                    crate::metrics::handed_off();
+                    tracing::debug!(
+                        lock = %keys.name,
+                        key = %keys.lock,
+                        from = %owner,
+                        to = %next_owner,
+                        token,
+                        "lock handed off"
+                    );
                     let abandoned = self.queues.handed_off(&keys.lock, &next, hold);
-                    let done = first.get_or_insert(Ok(true));
+                    let done = first.get_or_insert(Ok(Released::HandedOff));
                     if !abandoned {
-                        return std::mem::replace(done, Ok(true));
+                        return std::mem::replace(done, Ok(Released::HandedOff));
                     }
                     // The waiter is gone: release its new hold (or pass it on).
                     owner = next_owner;
@@ -241,17 +292,17 @@ impl Core {
                 }
                 Ok(HandOff::HoldsRemain) => {
                     self.queues.withdraw(&keys.lock, &next);
-                    return first.unwrap_or(Ok(true));
+                    return first.unwrap_or(Ok(Released::HoldsRemain));
                 }
                 Ok(HandOff::NotHeld) => {
                     self.queues.withdraw(&keys.lock, &next);
                     self.queues.ended(&keys.lock, &owner);
-                    return first.unwrap_or(Ok(false));
+                    return first.unwrap_or(Ok(Released::NotHeld));
                 }
                 Ok(HandOff::Freed) => {
                     self.queues.withdraw(&keys.lock, &next);
                     self.queues.ended(&keys.lock, &owner);
-                    return first.unwrap_or(Ok(true));
+                    return first.unwrap_or(Ok(Released::Freed));
                 }
                 Err(e) => {
                     // Applied or not, nobody knows: cancel the hand-off to
@@ -267,7 +318,12 @@ impl Core {
                         )
                         .await;
                     if let Err(undo) = cancel {
-                        tracing::warn!(lock = %keys.lock, error = %undo, "cancelling a hand-off with an unknown outcome failed; it expires with its lease");
+                        tracing::warn!(
+                            lock = %keys.name,
+                            key = %keys.lock,
+                            error = %undo,
+                            "cancelling a lock hand-off with an unknown outcome failed; it expires with its lease"
+                        );
                     }
                     self.queues.withdraw(&keys.lock, &next);
                     self.queues.ended(&keys.lock, &owner);
@@ -312,7 +368,12 @@ impl Core {
         match reply {
             Value::Int(n) => {
                 if n == 1 {
-                    tracing::debug!(lock = %keys.lock, owner, "an acquisition with a lost reply was undone");
+                    tracing::debug!(
+                        lock = %keys.name,
+                        key = %keys.lock,
+                        owner,
+                        "a lock acquisition with a lost reply was undone"
+                    );
                     self.queues.ended(&keys.lock, owner);
                 }
                 Ok(n == 1)
@@ -324,7 +385,7 @@ impl Core {
     /// Redis refused to PUBLISH an unlock message (ACL): the lock was freed,
     /// but waiters of other clients only notice by their PTTL-bounded
     /// retries. Reported once (tracing and the error hook).
-    pub(crate) fn publish_denied(&self, reply: &Value) {
+    pub(crate) fn publish_denied(&self, keys: &LockKeys, reply: &Value) {
         if self.publish_denial_reported.swap(true, Ordering::AcqRel) {
             return;
         }
@@ -333,7 +394,7 @@ impl Core {
             Value::SimpleString(s) => s.clone(),
             other => format!("{other:?}"),
         };
-        tracing::warn!(error = %text, "Redis refused to publish the lock's unlock message (ACL): locks are released, but other clients' waiters only notice when they retry");
+        tracing::warn!(lock = %keys.name, key = %keys.lock, error = %text, "Redis refused to publish the lock's unlock message (ACL): locks are released, but other clients' waiters only notice when they retry");
         self.report(&Error::Redis(redis::RedisError::from((
             redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm),
             "unlock message refused",
@@ -446,7 +507,7 @@ impl Core {
             Value::Nil => Ok(ReleaseOutcome::NotHeld),
             // Freed; its unlock message was refused (ACL).
             Value::BulkString(_) | Value::SimpleString(_) => {
-                self.publish_denied(&reply);
+                self.publish_denied(keys, &reply);
                 Ok(ReleaseOutcome::Freed { told: 0 })
             }
             Value::Int(0) => Ok(ReleaseOutcome::HoldsRemain),
@@ -528,7 +589,12 @@ impl Core {
             match self.run_script(script, cmd).await {
                 Ok(reply) => return Ok(reply),
                 Err(e) if e.is_transient() && tokio::time::Instant::now() + backoff < deadline => {
-                    tracing::debug!(lock = %keys.lock, error = %e, "lock release failed; retrying");
+                    tracing::debug!(
+                        lock = %keys.name,
+                        key = %keys.lock,
+                        error = %e,
+                        "lock release failed; retrying"
+                    );
                     on_retry();
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_millis(500));
@@ -548,6 +614,35 @@ enum ReleaseOutcome {
     Freed {
         told: usize,
     },
+}
+
+/// What the release of one count of a hold did (see `Core::release_hold`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Released {
+    /// The hold's last count: the lock was freed in Redis.
+    Freed,
+    /// The hold's last count: the lock went straight to a waiter of this
+    /// client.
+    HandedOff,
+    /// Counts of the hold remain (a re-entry was released).
+    HoldsRemain,
+    /// Redis no longer had the hold.
+    NotHeld,
+}
+
+impl Released {
+    /// Logs the release; always inside the release's `lock.release` span,
+    /// which names the lock.
+    pub(crate) fn log(self) {
+        match self {
+            Released::Freed | Released::HandedOff => {
+                tracing::debug!(handed_off = self == Released::HandedOff, "lock released")
+            }
+            Released::HoldsRemain => tracing::debug!("lock re-entry released; still held"),
+            // The hold is marked gone by the caller: "lock lost" says it.
+            Released::NotHeld => {}
+        }
+    }
 }
 
 /// What a release with hand-off did.
@@ -584,10 +679,10 @@ impl CancelMode {
 /// of an acquisition whose reply was lost.
 #[derive(Debug)]
 pub(crate) enum ReleaseJob {
-    /// Release one count of the hold `owner`.
+    /// Release one count of `hold`.
     Release {
         keys: Arc<LockKeys>,
-        owner: Arc<str>,
+        hold: Arc<Hold>,
         lease_ms: u64,
     },
     /// Leave the set of clients waiting for the lock.
@@ -601,16 +696,6 @@ pub(crate) enum ReleaseJob {
         latch: String,
         lease_ms: u64,
     },
-}
-
-impl ReleaseJob {
-    fn keys(&self) -> &LockKeys {
-        match self {
-            ReleaseJob::Release { keys, .. }
-            | ReleaseJob::Cancel { keys, .. }
-            | ReleaseJob::StopWaiting { keys } => keys,
-        }
-    }
 }
 
 pub(crate) struct ClientInner {
@@ -722,6 +807,7 @@ impl LockClient {
             runtime: tokio::runtime::Handle::current(),
             config,
         });
+        crate::metrics::describe();
         let watchdog = Watchdog::start(core.clone(), stop_tasks.clone());
         let reporter = core.clone();
         let pubsub = PubSub::start(
@@ -822,35 +908,75 @@ impl Core {
     /// Runs `job` as background work of this client (see `background`).
     pub(crate) fn spawn_job(self: &Arc<Self>, job: ReleaseJob) {
         let core = self.clone();
+        let span = match &job {
+            ReleaseJob::Release { keys, .. } => {
+                tracing::debug_span!("lock.release", lock = %keys.name, key = %keys.lock)
+            }
+            _ => tracing::Span::none(),
+        };
         self.background.spawn_on(
-            async move {
-                let outcome = match &job {
-                    ReleaseJob::Release {
-                        keys,
-                        owner,
-                        lease_ms,
-                    } => core.release_hold(keys, owner, *lease_ms).await,
-                    ReleaseJob::Cancel {
-                        keys,
-                        owner,
-                        mode,
-                        latch,
-                        lease_ms,
-                    } => core.cancel(keys, owner, *mode, latch, *lease_ms).await,
-                    ReleaseJob::StopWaiting { keys } => core.stop_waiting(keys).await,
-                };
-                match outcome {
-                    Ok(done) => {
-                        tracing::debug!(lock = %job.keys().lock, done, "lock released in background")
-                    }
-                    Err(e) => {
-                        tracing::warn!(lock = %job.keys().lock, error = %e, "background lock release failed; the lock expires with its lease");
-                        core.report(&e);
-                    }
-                }
-            },
+            tracing::Instrument::instrument(core.run_job(job), span),
             &self.runtime,
         );
+    }
+
+    /// Does one background job, and logs how it went (nobody awaits it).
+    async fn run_job(self: Arc<Self>, job: ReleaseJob) {
+        let error = match &job {
+            ReleaseJob::Release {
+                keys,
+                hold,
+                lease_ms,
+            } => match self.release_hold(keys, &hold.owner, *lease_ms).await {
+                Ok(released) => {
+                    if released == Released::NotHeld {
+                        hold.mark_gone("not held at release");
+                    }
+                    released.log();
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(
+                        lock = %keys.name,
+                        key = %keys.lock,
+                        error = %e,
+                        "background lock release failed; the lock expires with its lease"
+                    );
+                    e
+                }
+            },
+            ReleaseJob::Cancel {
+                keys,
+                owner,
+                mode,
+                latch,
+                lease_ms,
+            } => match self.cancel(keys, owner, *mode, latch, *lease_ms).await {
+                Ok(_) => return,
+                Err(e) => {
+                    tracing::warn!(
+                        lock = %keys.name,
+                        key = %keys.lock,
+                        error = %e,
+                        "cancelling a lock acquisition with a lost reply failed; it expires with its lease"
+                    );
+                    e
+                }
+            },
+            ReleaseJob::StopWaiting { keys } => match self.stop_waiting(keys).await {
+                Ok(_) => return,
+                Err(e) => {
+                    tracing::warn!(
+                        lock = %keys.name,
+                        key = %keys.lock,
+                        error = %e,
+                        "leaving the line of clients waiting for a lock failed; the place lapses when its turn passes unused"
+                    );
+                    e
+                }
+            },
+        };
+        self.report(&error);
     }
 }
 

@@ -3,7 +3,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::client::ReleaseJob;
+use tracing::Instrument;
+
+use crate::client::{ReleaseJob, Released};
 use crate::error::{Error, Result};
 use crate::held::HeldLock;
 use crate::hold::Hold;
@@ -38,6 +40,54 @@ impl Held {
             .core
             .queues
             .ended(&self.lock.keys.lock, &self.hold.owner);
+    }
+
+    /// Releases this count of the hold (inside `span`, its `lock.release`
+    /// span, which the release task carries too).
+    async fn release(self, span: tracing::Span) -> Result<()> {
+        self.stop_renewal();
+        let name = self.lock.keys.name.clone();
+        if self.hold.is_gone() {
+            // Known gone: logged when it was found out ("lock lost"), or
+            // given up by a shutdown.
+            self.forget();
+            tracing::debug!("lock was lost before release; nothing to release");
+            return Err(Error::Lost { name });
+        }
+        // Released in Redis even when the deadline has passed: the
+        // release names this hold only, so it frees the lock sooner and can
+        // never touch anyone else's hold.
+        let valid_at_release = self.hold.is_valid();
+        if !valid_at_release {
+            self.hold
+                .mark_lost("its deadline passed before it was released");
+        }
+        let lease_ms = self.lease_ms();
+        let core = self.lock.client.inner.core.clone();
+        let keys = self.lock.keys.clone();
+        let owner = self.hold.owner.clone();
+        let task = tokio::spawn(
+            async move { core.release_hold(&keys, &owner, lease_ms).await }.instrument(span),
+        );
+        match task.await {
+            Ok(Ok(Released::NotHeld)) => {
+                self.hold.mark_gone("not held at release");
+                Err(Error::Lost { name })
+            }
+            Ok(Ok(released)) => {
+                released.log();
+                if valid_at_release {
+                    Ok(())
+                } else {
+                    Err(Error::Lost { name })
+                }
+            }
+            Ok(Err(e)) => {
+                tracing::debug!(error = %e, "lock release failed; the lock expires with its lease");
+                Err(e)
+            }
+            Err(e) => Err(Error::Cancelled(format!("release task ended: {e}"))),
+        }
     }
 
     /// The lease the hold's remaining counts keep after this release.
@@ -126,6 +176,11 @@ impl LockGuard {
     pub fn held_lock(&self) -> HeldLock {
         let held = self.held();
         HeldLock::new(held.lock.keys.clone(), held.hold.clone(), held.lease)
+    }
+
+    /// The lock this guard holds.
+    pub(crate) fn lock(&self) -> &Lock {
+        &self.held().lock
     }
 
     fn held(&self) -> &Held {
@@ -271,43 +326,12 @@ impl LockGuard {
         let Some(held) = self.held.take() else {
             return Ok(());
         };
-        held.stop_renewal();
-        let name = held.lock.keys.name.clone();
-        if held.hold.is_gone() {
-            held.forget();
-            tracing::warn!(lock = %name, "lock was lost before release");
-            return Err(Error::Lost { name });
-        }
-        // Released in Redis even when the deadline has passed: the
-        // release names this hold only, so it frees the lock sooner and can
-        // never touch anyone else's hold.
-        let valid_at_release = held.hold.is_valid();
-        let lease_ms = held.lease_ms();
-        let core = held.lock.client.inner.core.clone();
-        let keys = held.lock.keys.clone();
-        let owner = held.hold.owner.clone();
-        let span = tracing::debug_span!("lock.release", lock = %keys.lock, owner = %owner);
-        let task = tokio::spawn(tracing::Instrument::instrument(
-            async move { core.release_hold(&keys, &owner, lease_ms).await },
-            span,
-        ));
-        match task.await {
-            Ok(Ok(true)) if valid_at_release => {
-                tracing::debug!(lock = %name, "lock released");
-                Ok(())
-            }
-            Ok(Ok(true)) => {
-                tracing::warn!(lock = %name, "lock was released after its deadline");
-                Err(Error::Lost { name })
-            }
-            Ok(Ok(false)) => {
-                held.hold
-                    .mark_gone(&held.lock.keys.lock, "not held at release");
-                Err(Error::Lost { name })
-            }
-            Ok(Err(e)) => Err(e),
-            Err(e) => Err(Error::Cancelled(format!("release task ended: {e}"))),
-        }
+        let span = tracing::debug_span!(
+            "lock.release",
+            lock = %held.lock.keys.name,
+            key = %held.lock.keys.lock
+        );
+        held.release(span.clone()).instrument(span).await
     }
 }
 
@@ -319,10 +343,14 @@ impl Drop for LockGuard {
                 held.forget();
                 return;
             }
+            if !held.hold.is_valid() {
+                held.hold
+                    .mark_lost("its deadline passed before it was released");
+            }
             let lease_ms = held.lease_ms();
             held.lock.client.release_in_background(ReleaseJob::Release {
                 keys: held.lock.keys.clone(),
-                owner: held.hold.owner.clone(),
+                hold: held.hold.clone(),
                 lease_ms,
             });
         }

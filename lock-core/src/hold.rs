@@ -30,6 +30,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
+use crate::keys::LockKeys;
+use crate::metrics::HeldGauge;
+
 /// The part of a lease that is not trusted: clocks of the client and of the
 /// Redis server may run at slightly different rates, and timers fire late.
 /// 1 % of the lease plus 2 ms (the margin the Redlock analysis uses).
@@ -51,6 +54,8 @@ pub(crate) fn validity(lease: Duration) -> Duration {
 /// One hold of a lock by this client.
 #[derive(Debug)]
 pub(crate) struct Hold {
+    /// The lock it is a hold of (its name and keys, for logs).
+    pub(crate) keys: Arc<LockKeys>,
     /// The hold's identity: its field in the lock hash. Never reused.
     pub(crate) owner: Arc<str>,
     /// The fencing token drawn when the hold was created.
@@ -74,12 +79,15 @@ pub(crate) struct Hold {
     /// that is only past its deadline may still be in Redis, and is
     /// released there like any other.
     gone: AtomicBool,
+    /// Its place in the `lock_core_held_locks` gauge (feature `metrics`).
+    gauge: HeldGauge,
 }
 
 impl Hold {
     /// A hold granted by a request sent at `sent_at` with `lease`; `None`
     /// when its validity has already run out (the reply came too late).
     pub(crate) fn granted(
+        keys: Arc<LockKeys>,
         owner: Arc<str>,
         token: u64,
         context: Option<u64>,
@@ -91,6 +99,7 @@ impl Hold {
             return None;
         }
         Some(Arc::new(Hold {
+            keys,
             owner,
             token,
             context,
@@ -100,6 +109,7 @@ impl Hold {
             ended: CancellationToken::new(),
             lost_logged: AtomicBool::new(false),
             gone: AtomicBool::new(false),
+            gauge: HeldGauge::count(),
         }))
     }
 
@@ -152,24 +162,33 @@ impl Hold {
     }
 
     /// The hold is known lost (Redis says it is gone, or its deadline
-    /// passed): wakes every `lost()` future. Logs once.
-    pub(crate) fn mark_lost(&self, lock: &str, why: &str) {
+    /// passed): wakes every `lost()` future. Logs and counts once.
+    pub(crate) fn mark_lost(&self, why: &str) {
         if !self.lost_logged.swap(true, Ordering::AcqRel) {
-            tracing::warn!(lock, owner = %self.owner, reason = why, "lock lost");
+            tracing::warn!(
+                lock = %self.keys.name,
+                key = %self.keys.lock,
+                owner = %self.owner,
+                reason = why,
+                "lock lost"
+            );
+            crate::metrics::lost();
         }
+        self.gauge.uncount();
         self.lost.cancel();
     }
 
     /// Redis confirmed the hold is gone: marks it lost, and tells its guards
     /// that there is nothing left to release.
-    pub(crate) fn mark_gone(&self, lock: &str, why: &str) {
+    pub(crate) fn mark_gone(&self, why: &str) {
         self.gone.store(true, Ordering::Release);
-        self.mark_lost(lock, why);
+        self.mark_lost(why);
     }
 
     /// The hold ended: its last count was released, or it was handed on,
     /// or it is gone. Wakes every `ended()` future.
     pub(crate) fn end(&self) {
+        self.gauge.uncount();
         self.ended.cancel();
     }
 
@@ -192,6 +211,7 @@ impl Hold {
     pub(crate) fn give_up(&self) {
         self.gone.store(true, Ordering::Release);
         self.lost_logged.store(true, Ordering::Release);
+        self.gauge.uncount();
         self.lost.cancel();
         self.ended.cancel();
     }
@@ -232,8 +252,13 @@ fn micros(d: Duration) -> u64 {
 mod tests {
     use super::*;
 
+    fn keys() -> Arc<LockKeys> {
+        Arc::new(LockKeys::new("", "k", 100).expect("name"))
+    }
+
     fn hold(lease_ms: u64) -> Arc<Hold> {
         Hold::granted(
+            keys(),
             Arc::from("c:1"),
             1,
             None,
@@ -305,15 +330,21 @@ mod tests {
     async fn a_grant_past_its_validity_is_refused() {
         let sent = Instant::now();
         tokio::time::sleep(Duration::from_millis(600)).await;
-        assert!(
-            Hold::granted(Arc::from("c:1"), 1, None, sent, Duration::from_millis(600)).is_none()
-        );
+        assert!(Hold::granted(
+            keys(),
+            Arc::from("c:1"),
+            1,
+            None,
+            sent,
+            Duration::from_millis(600)
+        )
+        .is_none());
     }
 
     #[tokio::test]
     async fn marked_lost_stays_lost() {
         let h = hold(10_000);
-        h.mark_lost("k", "test");
+        h.mark_lost("test");
         assert!(!h.is_valid());
         assert!(!h.extend(Instant::now(), Duration::from_secs(10)));
         h.lost().await; // resolves at once

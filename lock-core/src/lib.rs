@@ -248,8 +248,78 @@
 //!
 //! # Logging
 //!
-//! `tracing` spans `lock.acquire` and `lock.release` and events for waits,
-//! renewals that fail, and lost locks (at `warn`).
+//! Through [`tracing`](https://docs.rs/tracing), with one vocabulary
+//! everywhere: the field `lock` is the lock's name as given to
+//! [`LockClient::lock`] (`account:7`), the field `key` its full Redis key,
+//! with the client's key prefix (`userapp:account:7`).
+//!
+//! Every acquire call ([`Lock::acquire`] and friends, the attribute, the
+//! tower layer) runs in one `lock.acquire` span, and every release (of a
+//! guard, in the background for a dropped guard, by [`Lock::unlock`], or
+//! at shutdown) in one `lock.release` span; the tasks they spawn carry the
+//! span, so every event of an acquisition or a release sits in a span that
+//! names the lock. Events outside those spans (the watchdog's, lost locks,
+//! background failures) carry `lock` and `key` themselves.
+//!
+//! | span / event | level | fields |
+//! |---|---|---|
+//! | span `lock.acquire` | DEBUG | `lock`, `key` |
+//! | span `lock.release` | DEBUG | `lock`, `key` |
+//! | `lock busy; waiting` (once per acquisition that finds the lock held) | DEBUG | `behind`: `local-queue`, `local-holder`, `step-back` or `redis` |
+//! | `lock acquired` (once per new hold) | DEBUG | `token`, `waited_ms` (since the call), `via`: `redis` or `hand-off` |
+//! | `lock re-entered` | DEBUG | `token` |
+//! | `lock busy` (a single attempt found it held) | DEBUG | |
+//! | `lock wait bound passed` | DEBUG | `waited_ms` |
+//! | `lock acquire refused: the client is shut down` | DEBUG | |
+//! | `lock acquire failed` (the caller gets the error) | DEBUG | `error` |
+//! | `lock handed off` (to a waiter of this client) | DEBUG | `lock`, `key`, `from`, `to` (owner ids), `token` |
+//! | `lock released` (the hold's last count) | DEBUG | `handed_off` |
+//! | `lock re-entry released; still held` | DEBUG | |
+//! | `lock release failed; retrying` | DEBUG | `lock`, `key`, `error` |
+//! | `lock lost` (once per hold) | WARN | `lock`, `key`, `owner`, `reason` |
+//! | `lock renewal failed; retrying before the lock's deadline` | WARN | `lock`, `key`, `error`; for a batch of several locks `locks` (how many), `error` |
+//! | `background lock release failed; the lock expires with its lease` | WARN | `lock`, `key`, `error` |
+//! | `lock watchdog pass` | TRACE | `locks`, `lost`, `elapsed_us` |
+//! | `lock client shutting down`, `lock client shut down` | INFO | `client`; `released`, `not_held`, `failed`, `finished_in_time` |
+//!
+//! A release after the hold's deadline logs `lock lost` (the section was
+//! not exclusive to the end) and then `lock released`; one that finds the
+//! hold gone in Redis logs `lock lost` only. Failures that need an operator
+//! (Redis refusing pub/sub or PUBLISH, an evicting `maxmemory-policy`, the
+//! pub/sub connection lost, certificate checks off) are WARN events of the
+//! client, without a lock.
+//!
+//! # Metrics
+//!
+//! With the feature `metrics`, lock-core reports through the
+//! [`metrics`](https://docs.rs/metrics) facade (without the feature, or
+//! without a recorder installed, nothing is recorded). Install any
+//! recorder, such as the Prometheus exporter, once at start-up:
+//!
+//! ```ignore
+//! metrics_exporter_prometheus::PrometheusBuilder::new().install()?; // HTTP on 0.0.0.0:9000
+//! ```
+//!
+//! | metric | type | labels | meaning |
+//! |---|---|---|---|
+//! | `lock_core_acquisitions_total` | counter | `outcome` | acquire calls, one per call that completes: `acquired` (a new hold, from Redis or handed over by a local holder), `reentered`, `busy` (a single attempt found it held), `timeout` (the wait bound passed), `closed` (the client was shut down), `error` (anything else: Redis unreachable, invalid input, a lost section, ...) |
+//! | `lock_core_acquire_duration_seconds` | histogram | `outcome` | wall time of those calls |
+//! | `lock_core_wait_duration_seconds` | histogram | | time from the call to the grant, for acquisitions that found the lock held at least once (uncontended ones record nothing) |
+//! | `lock_core_held_locks` | gauge | | holds this process has now (a re-entry adds none); a hold leaves it once: released, handed on, lost or given up at shutdown |
+//! | `lock_core_renewals_total` | counter | | holds renewed by the watchdog, one per hold renewed |
+//! | `lock_core_renewal_failures_total` | counter | `reason` | renewals that failed: `gone` (Redis says the hold is gone), `error` (a Redis error or time-out; retried) |
+//! | `lock_core_lost_total` | counter | | holds lost, once per hold (as `lock lost`) |
+//! | `lock_core_handoffs_total` | counter | | locks handed straight to a waiter of this client |
+//! | `lock_core_releases_total` | counter | `outcome` | releases, explicit or of dropped guards: `released` (freed, handed on, or a count taken off), `not_held` (the hold was gone), `error` (Redis unreachable: the lock expires with its lease); `shutdown` for the holds [`LockClient::shutdown`] released |
+//!
+//! Seconds are `f64`. No label names a lock: names are unbounded (one per
+//! account, order, ...) and would make one time series each. An acquire
+//! future dropped before it completes is not counted; a guard whose hold is
+//! already known gone releases nothing and is not counted either. Each
+//! call looks its metric up in the installed recorder (static keys, no
+//! allocation); nothing is cached, so a recorder installed later is used
+//! from then on. Descriptions and units are registered with the recorder
+//! installed when a client is built.
 #![deny(missing_docs)]
 
 mod client;
@@ -265,6 +335,7 @@ mod hold;
 mod inspect;
 mod keys;
 mod lock;
+mod metrics;
 mod pubsub;
 mod queue;
 mod scripts;

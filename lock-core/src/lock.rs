@@ -8,12 +8,13 @@ use redis::Value;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::client::{CancelMode, LockClient, ReleaseJob};
+use crate::client::{CancelMode, LockClient, ReleaseJob, Released};
 use crate::context::LockContext;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::Hold;
 use crate::keys::{LockKeys, UNLOCK_MESSAGE};
+use crate::metrics::{self, AcquireOutcome};
 use crate::pubsub::{Status, Subscription};
 use crate::queue::{Holding, Turn, Waiter};
 
@@ -155,6 +156,62 @@ enum Attempt {
     /// Granted, but the reply came after the grant's validity ran out: it
     /// was undone, nobody holds it.
     Expired,
+}
+
+/// One acquire call: when it began, and its `lock.acquire` span, which
+/// the tasks it spawns carry too.
+#[derive(Debug)]
+struct Call {
+    started: Instant,
+    span: tracing::Span,
+}
+
+/// How an acquisition that did not fail ended.
+#[derive(Debug)]
+enum Got {
+    /// A new hold. `waited`: the acquisition found the lock held (by a
+    /// local holder or waiter, or in Redis) at least once.
+    Fresh {
+        guard: LockGuard,
+        via: Via,
+        waited: bool,
+    },
+    /// One more count of a hold of the caller's context or section.
+    Reentered { guard: LockGuard, waited: bool },
+    /// A single attempt found the lock held.
+    Busy,
+    /// The wait bound passed.
+    TimedOut,
+}
+
+/// Where a new hold came from (the `via` field of "lock acquired").
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Via {
+    Redis,
+    HandOff,
+}
+
+impl Via {
+    fn as_str(self) -> &'static str {
+        match self {
+            Via::Redis => "redis",
+            Via::HandOff => "hand-off",
+        }
+    }
+}
+
+/// Whether an acquisition has waited; the "waiting" event is logged once.
+#[derive(Debug, Default)]
+struct Waiting(bool);
+
+impl Waiting {
+    /// The acquisition found the lock held, `behind` whom.
+    fn began(&mut self, behind: &'static str) {
+        if !self.0 {
+            self.0 = true;
+            tracing::debug!(behind, "lock busy; waiting");
+        }
+    }
 }
 
 /// The outcome of one re-entry script call.
@@ -316,7 +373,27 @@ impl Lock {
         }
     }
 
+    /// The one way in of every acquire call: its span, its outcome event
+    /// and its metrics.
     async fn acquire_inner(&self, options: AcquireOptions) -> Result<Option<LockGuard>> {
+        let call = Call {
+            started: Instant::now(),
+            span: tracing::debug_span!(
+                "lock.acquire",
+                lock = %self.keys.name,
+                key = %self.keys.lock
+            ),
+        };
+        let span = call.span.clone();
+        async move {
+            let got = self.acquire_checked(options, &call).await;
+            conclude(got, call.started)
+        }
+        .instrument(span)
+        .await
+    }
+
+    async fn acquire_checked(&self, options: AcquireOptions, call: &Call) -> Result<Got> {
         options.validate()?;
         let core = &self.client.inner.core;
         core.acquiring.fetch_add(1, Ordering::SeqCst);
@@ -324,9 +401,7 @@ impl Lock {
         if core.closed.is_cancelled() {
             return Err(Error::Closed);
         }
-        let span = tracing::debug_span!("lock.acquire", lock = %self.keys.lock);
-        self.acquire_in_context(LockContext::current(), options)
-            .instrument(span)
+        self.acquire_in_context(LockContext::current(), options, call)
             .await
     }
 
@@ -334,10 +409,16 @@ impl Lock {
         &self,
         ctx: Option<LockContext>,
         options: AcquireOptions,
-    ) -> Result<Option<LockGuard>> {
+        call: &Call,
+    ) -> Result<Got> {
         if let Some((hold, from_section)) = self.reentrant_hold(ctx.as_ref()) {
-            match self.reenter(&hold, options.lease).await? {
-                Reentry::Entered(guard) => return Ok(Some(guard)),
+            match self.reenter(call, &hold, options.lease).await? {
+                Reentry::Entered(guard) => {
+                    return Ok(Got::Reentered {
+                        guard,
+                        waited: false,
+                    })
+                }
                 // Nested in a section whose hold is gone: the section is
                 // no longer exclusive, and must hear it.
                 Reentry::Gone if from_section => {
@@ -353,7 +434,7 @@ impl Lock {
             (Some(ctx), false) => Some(ctx.id()),
             _ => None,
         };
-        self.acquire_fresh(context, options).await
+        self.acquire_fresh(context, options, call).await
     }
 
     /// The hold an acquisition made now re-enters: the innermost section of
@@ -381,20 +462,21 @@ impl Lock {
         &self,
         context: Option<u64>,
         options: AcquireOptions,
-    ) -> Result<Option<LockGuard>> {
-        let started = Instant::now();
+        call: &Call,
+    ) -> Result<Got> {
         let deadline = match options.wait {
-            Wait::Bounded(w) => Some(started + w),
+            Wait::Bounded(w) => Some(call.started + w),
             _ => None,
         };
         if options.wait == Wait::Never {
             // Always asked of Redis: a local holding may be mid-release.
-            return match self.attempt(context, options.lease, None).await? {
-                Attempt::Acquired(guard) => Ok(Some(guard)),
-                Attempt::Held { .. } | Attempt::Expired => {
-                    tracing::debug!("lock busy");
-                    Ok(None)
-                }
+            return match self.attempt(call, context, options.lease, None).await? {
+                Attempt::Acquired(guard) => Ok(Got::Fresh {
+                    guard,
+                    via: Via::Redis,
+                    waited: false,
+                }),
+                Attempt::Held { .. } | Attempt::Expired => Ok(Got::Busy),
             };
         }
         let queues = &self.client.inner.core.queues;
@@ -405,7 +487,7 @@ impl Lock {
         };
         let closed = &self.client.inner.core.closed;
         tokio::select! {
-            out = self.wait_in_line(&ticket, context, options, started, deadline) => out,
+            out = self.wait_in_line(call, &ticket, context, options, deadline) => out,
             // Shut down: the wait ends (cancel-safe, like a dropped acquire).
             _ = closed.cancelled() => Err(Error::Closed),
         }
@@ -417,12 +499,12 @@ impl Lock {
     /// the deadline).
     async fn wait_in_line(
         &self,
+        call: &Call,
         ticket: &Ticket,
         context: Option<u64>,
         options: AcquireOptions,
-        started: Instant,
         deadline: Option<Instant>,
-    ) -> Result<Option<LockGuard>> {
+    ) -> Result<Got> {
         let queues = &self.client.inner.core.queues;
         let config = &self.client.inner.core.config;
         let waiter = &ticket.waiter;
@@ -436,23 +518,23 @@ impl Lock {
         // When Redis stopped answering during this wait (see `rides_out`).
         let mut outage: Option<Instant> = None;
         let mut outage_error: Option<Error> = None;
+        let mut waiting = Waiting::default();
         loop {
             let turn = queues.turn(&self.keys.lock, waiter);
             if let Turn::Granted(hold) = turn {
                 if hold.is_valid() {
-                    tracing::debug!(
-                        waited_ms = started.elapsed().as_millis() as u64,
-                        token = hold.token,
-                        "lock handed over by a local holder"
-                    );
-                    return Ok(Some(LockGuard::new(self.clone(), hold, options.lease)));
+                    return Ok(Got::Fresh {
+                        guard: LockGuard::new(self.clone(), hold, options.lease),
+                        via: Via::HandOff,
+                        waited: true,
+                    });
                 }
                 // Picked up after its validity: never handed out as held.
                 // The hand-off took the waiter out of the line: back to its
                 // front, to wait (or contend) again.
                 self.client.release_in_background(ReleaseJob::Release {
                     keys: self.keys.clone(),
-                    owner: hold.owner.clone(),
+                    hold,
                     lease_ms: lease_ms(options.lease, config.watchdog_timeout),
                 });
                 queues.requeue_front(&self.keys.lock, waiter);
@@ -464,12 +546,12 @@ impl Lock {
                 if let Some(e) = outage_error.take() {
                     return Err(e);
                 }
-                tracing::debug!("lock wait bound passed");
-                return Ok(None);
+                return Ok(Got::TimedOut);
             }
             match turn {
                 Turn::Granted(_) => unreachable!("handled above"),
                 Turn::Wait => {
+                    waiting.began("local-queue");
                     tokio::select! {
                         _ = waiter.notify.notified() => {}
                         _ = until_deadline() => {}
@@ -478,12 +560,18 @@ impl Lock {
                 // Manual acquisitions of one context re-enter its hold, even
                 // when they were waiting before it was taken (`join!`).
                 Turn::HeldLocally { hold } if context.is_some() && hold.context == context => {
-                    match self.reenter(&hold, options.lease).await? {
-                        Reentry::Entered(guard) => return Ok(Some(guard)),
+                    match self.reenter(call, &hold, options.lease).await? {
+                        Reentry::Entered(guard) => {
+                            return Ok(Got::Reentered {
+                                guard,
+                                waited: waiting.0,
+                            })
+                        }
                         Reentry::Gone => {}
                     }
                 }
                 Turn::HeldLocally { hold } => {
+                    waiting.began("local-holder");
                     tokio::select! {
                         _ = waiter.notify.notified() => {}
                         _ = hold.lost() => {}
@@ -494,6 +582,7 @@ impl Lock {
                     until,
                     subscription: shared,
                 } => {
+                    waiting.began("step-back");
                     // Listen while stepping back: another client's unlock
                     // (it took its turn) ends the step-back early.
                     let sub = match subscription.clone().or(shared) {
@@ -516,7 +605,9 @@ impl Lock {
                 Turn::Contend {
                     subscription: shared,
                 } => {
-                    let attempt = match self.attempt(context, options.lease, Some(waiter.id)).await
+                    let attempt = match self
+                        .attempt(call, context, options.lease, Some(waiter.id))
+                        .await
                     {
                         Ok(attempt) => {
                             outage = None;
@@ -536,13 +627,14 @@ impl Lock {
                     };
                     let pttl_ms = match attempt {
                         Attempt::Acquired(guard) => {
-                            tracing::debug!(
-                                waited_ms = started.elapsed().as_millis() as u64,
-                                "lock acquired"
-                            );
-                            return Ok(Some(guard));
+                            return Ok(Got::Fresh {
+                                guard,
+                                via: Via::Redis,
+                                waited: waiting.0,
+                            });
                         }
                         Attempt::Held { pttl_ms } => {
+                            waiting.began("redis");
                             queues.held_elsewhere(&self.keys.lock);
                             pttl_ms
                         }
@@ -554,8 +646,7 @@ impl Lock {
                         }
                     };
                     if deadline.is_some_and(|d| Instant::now() >= d) {
-                        tracing::debug!("lock wait bound passed");
-                        return Ok(None);
+                        return Ok(Got::TimedOut);
                     }
                     let sub = match subscription.clone().or(shared) {
                         Some(sub) => {
@@ -567,7 +658,6 @@ impl Lock {
                         None => {
                             // Subscribe first, then retry: an unlock after
                             // the retry wakes us.
-                            tracing::debug!("lock busy; waiting");
                             let mut sub = self.client.inner.pubsub.subscribe(&self.keys.channel);
                             // Do not wait for the subscription longer than
                             // the holder has left.
@@ -642,23 +732,28 @@ impl Lock {
     /// expiry.
     async fn attempt(
         &self,
+        call: &Call,
         context: Option<u64>,
         lease: Option<Duration>,
         waiter_id: Option<u64>,
     ) -> Result<Attempt> {
         let lock = self.clone();
-        let task = tokio::spawn(async move {
-            match lock.attempt_now(context, lease, waiter_id, true).await {
-                // A connection the server had closed: the attempt was
-                // cancelled (undone or refused), so one more attempt, under
-                // a new owner id, on a fresh connection is safe.
-                Err(e) if e.is_stale_connection() => {
-                    tracing::debug!(error = %e, "lock acquire met a closed connection; retrying once");
-                    lock.attempt_now(context, lease, waiter_id, false).await
+        let task = tokio::spawn(
+            async move {
+                match lock.attempt_now(context, lease, waiter_id, true).await {
+                    // A connection the server had closed: the attempt was
+                    // cancelled (undone or refused), so one more attempt, under
+                    // a new owner id, on a fresh connection is safe.
+                    Err(e) if e.is_stale_connection() => {
+                        tracing::debug!(error = %e, "lock acquire met a closed connection; retrying once");
+                        lock.attempt_now(context, lease, waiter_id, false).await
+                    }
+                    other => other,
                 }
-                other => other,
             }
-        });
+            // Its events belong to the acquisition's span.
+            .instrument(call.span.clone()),
+        );
         match task.await {
             Ok(result) => result,
             Err(e) => Err(Error::Cancelled(format!("acquire task ended: {e}"))),
@@ -723,8 +818,14 @@ impl Lock {
             0 => Ok(Attempt::Held { pttl_ms: value }),
             1 => {
                 let token = u64::try_from(value).map_err(|_| protocol("acquire", &reply))?;
-                let Some(hold) = Hold::granted(owner.clone(), token, context, sent_at, lease_time)
-                else {
+                let Some(hold) = Hold::granted(
+                    self.keys.clone(),
+                    owner.clone(),
+                    token,
+                    context,
+                    sent_at,
+                    lease_time,
+                ) else {
                     tracing::debug!(
                         rtt_ms = sent_at.elapsed().as_millis() as u64,
                         "lock granted after the grant's validity; undoing it"
@@ -739,7 +840,6 @@ impl Lock {
                 };
                 core.queues
                     .acquired(&self.keys.lock, Holding::new(hold.clone()), waiter_id);
-                tracing::debug!(token, "lock acquired");
                 Ok(Attempt::Acquired(LockGuard::new(self.clone(), hold, lease)))
             }
             _ => Err(protocol("acquire", &reply)),
@@ -780,13 +880,20 @@ impl Lock {
     }
 
     /// Re-enters `hold` (one more count) in its own task.
-    async fn reenter(&self, hold: &Arc<Hold>, lease: Option<Duration>) -> Result<Reentry> {
+    async fn reenter(
+        &self,
+        call: &Call,
+        hold: &Arc<Hold>,
+        lease: Option<Duration>,
+    ) -> Result<Reentry> {
         if !hold.is_valid() {
             return Ok(Reentry::Gone);
         }
         let lock = self.clone();
         let hold = hold.clone();
-        let task = tokio::spawn(async move { lock.reenter_now(hold, lease).await });
+        let task = tokio::spawn(
+            async move { lock.reenter_now(hold, lease).await }.instrument(call.span.clone()),
+        );
         match task.await {
             Ok(result) => result,
             Err(e) => Err(Error::Cancelled(format!("re-entry task ended: {e}"))),
@@ -823,11 +930,10 @@ impl Lock {
                     self.client.release_in_background(cancel(latch));
                     return Ok(Reentry::Gone);
                 }
-                tracing::debug!(token = hold.token, "lock re-entered");
                 Ok(Reentry::Entered(LockGuard::new(self.clone(), hold, lease)))
             }
             Some((-1, _)) => {
-                hold.mark_gone(&self.keys.lock, "the hold was gone when it was re-entered");
+                hold.mark_gone("the hold was gone when it was re-entered");
                 core.queues.ended(&self.keys.lock, &hold.owner);
                 Ok(Reentry::Gone)
             }
@@ -854,11 +960,16 @@ impl Lock {
         );
         match core.run_script(&core.scripts.force_unlock, &cmd).await? {
             reply @ (Value::BulkString(_) | Value::SimpleString(_)) => {
-                core.publish_denied(&reply);
+                core.publish_denied(&self.keys, &reply);
                 Ok(true)
             }
             Value::Int(n) => {
-                tracing::debug!(lock = %self.keys.lock, deleted = n == 1, "lock force-unlocked");
+                tracing::debug!(
+                    lock = %self.keys.name,
+                    key = %self.keys.lock,
+                    deleted = n == 1,
+                    "lock force-unlocked"
+                );
                 Ok(n == 1)
             }
             other => Err(protocol("force_unlock", &other)),
@@ -963,11 +1074,25 @@ impl Lock {
         let core = self.client.inner.core.clone();
         let lease_ms = lease_ms(None, core.config.watchdog_timeout);
         let keys = self.keys.clone();
+        let span = tracing::debug_span!(
+            "lock.release",
+            lock = %self.keys.name,
+            key = %self.keys.lock
+        );
         // In its own task: a release must run to the end once started.
-        let task = tokio::spawn(async move { core.release_hold(&keys, &owner, lease_ms).await });
+        let task = tokio::spawn(
+            async move {
+                let released = core.release_hold(&keys, &owner, lease_ms).await;
+                if let Ok(released) = released {
+                    released.log();
+                }
+                released
+            }
+            .instrument(span),
+        );
         match task.await {
-            Ok(Ok(true)) => Ok(()),
-            Ok(Ok(false)) => Err(not_held()),
+            Ok(Ok(Released::NotHeld)) => Err(not_held()),
+            Ok(Ok(_)) => Ok(()),
             Ok(Err(e)) => Err(e),
             Err(e) => Err(Error::Cancelled(format!("release task ended: {e}"))),
         }
@@ -995,10 +1120,14 @@ impl Drop for Ticket {
                 });
         }
         if let Some(hold) = grant {
-            tracing::debug!(lock = %self.lock.keys.lock, "releasing a hand-off nobody waits for");
+            tracing::debug!(
+                lock = %self.lock.keys.name,
+                key = %self.lock.keys.lock,
+                "releasing a lock hand-off nobody waits for"
+            );
             self.lock.client.release_in_background(ReleaseJob::Release {
                 keys: self.lock.keys.clone(),
-                owner: hold.owner.clone(),
+                hold,
                 lease_ms: lease_ms(self.waiter.lease, core.config.watchdog_timeout),
             });
         }
@@ -1012,6 +1141,51 @@ impl Drop for Running<'_> {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
     }
+}
+
+/// Ends an acquire call (inside its span): one event for its outcome, and
+/// its metrics.
+fn conclude(got: Result<Got>, started: Instant) -> Result<Option<LockGuard>> {
+    let waited_ms = || started.elapsed().as_millis() as u64;
+    let (outcome, out) = match got {
+        Ok(Got::Fresh { guard, via, waited }) => {
+            tracing::debug!(
+                token = guard.fencing_token(),
+                waited_ms = waited_ms(),
+                via = via.as_str(),
+                "lock acquired"
+            );
+            if waited {
+                metrics::waited(started);
+            }
+            (AcquireOutcome::Acquired, Ok(Some(guard)))
+        }
+        Ok(Got::Reentered { guard, waited }) => {
+            tracing::debug!(token = guard.fencing_token(), "lock re-entered");
+            if waited {
+                metrics::waited(started);
+            }
+            (AcquireOutcome::Reentered, Ok(Some(guard)))
+        }
+        Ok(Got::Busy) => {
+            tracing::debug!("lock busy");
+            (AcquireOutcome::Busy, Ok(None))
+        }
+        Ok(Got::TimedOut) => {
+            tracing::debug!(waited_ms = waited_ms(), "lock wait bound passed");
+            (AcquireOutcome::Timeout, Ok(None))
+        }
+        Err(Error::Closed) => {
+            tracing::debug!("lock acquire refused: the client is shut down");
+            (AcquireOutcome::Closed, Err(Error::Closed))
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "lock acquire failed");
+            (AcquireOutcome::Error, Err(e))
+        }
+    };
+    metrics::acquisition(outcome, started);
+    out
 }
 
 pub(crate) fn lease_ms(lease: Option<Duration>, watchdog_timeout: Duration) -> u64 {

@@ -98,7 +98,8 @@ where
             Some(out) => finish(guard, out).await,
             None => {
                 tracing::warn!(
-                    lock = %held.key(),
+                    lock = %held.name(),
+                    key = %held.key(),
                     "lock lost while the locked call ran; the call was cancelled"
                 );
                 // Gives back whatever is left of the hold (`Lost` is known).
@@ -122,16 +123,28 @@ where
     F: Future<Output = T>,
 {
     in_context(async move {
-        let guard = match acquire(lock, options).await {
+        let lock = match lock {
+            Ok(lock) => lock,
+            Err(err) => {
+                log_skipped(&err, None);
+                return T::skipped();
+            }
+        };
+        let guard = match lock.acquire_with(options.for_section()).await {
             Ok(guard) => guard,
             Err(err) => {
-                log_skipped(&err);
+                log_skipped(&err, Some(&lock));
                 return T::skipped();
             }
         };
         let out = enter(&guard).scope(body).await;
         if let Err(err) = guard.release().await {
-            tracing::warn!(error = %err, "lock release after the locked call failed");
+            tracing::warn!(
+                lock = %lock.name(),
+                key = %lock.key(),
+                error = %err,
+                "lock release after the locked call failed"
+            );
         }
         out
     })
@@ -152,10 +165,11 @@ where
     F: Future<Output = std::result::Result<T, E>>,
 {
     in_context(async move {
-        let guard = match acquire(lock, options).await {
+        let lock = lock.map_err(E::from)?;
+        let guard = match lock.acquire_with(options.for_section()).await {
             Ok(guard) => guard,
             Err(err) if err.is_wait_timeout() => {
-                log_skipped(&err);
+                log_skipped(&err, Some(&lock));
                 return Ok(T::skipped());
             }
             Err(err) => return Err(E::from(err)),
@@ -193,20 +207,29 @@ async fn finish<T, E>(guard: LockGuard, out: std::result::Result<T, E>) -> std::
 where
     E: From<Error>,
 {
+    let keys = guard.lock().keys.clone();
     match (out, guard.release().await) {
         (out, Ok(())) => out,
         (Ok(_), Err(err)) => Err(E::from(err)),
         (Err(body_err), Err(err)) => {
-            tracing::warn!(error = %err, "lock release after the locked call failed");
+            tracing::warn!(
+                lock = %keys.name,
+                key = %keys.lock,
+                error = %err,
+                "lock release after the locked call failed"
+            );
             Err(body_err)
         }
     }
 }
 
-fn log_skipped(err: &Error) {
+/// `lock`: the lock, when its handle could be made.
+fn log_skipped(err: &Error, lock: Option<&Lock>) {
+    let name = lock.map(|l| tracing::field::display(l.name()));
+    let key = lock.map(|l| tracing::field::display(l.key()));
     if err.is_wait_timeout() {
-        tracing::debug!(error = %err, "lock held elsewhere; call skipped");
+        tracing::debug!(lock = name, key, error = %err, "lock held elsewhere; call skipped");
     } else {
-        tracing::warn!(error = %err, "lock not acquired; call skipped");
+        tracing::warn!(lock = name, key, error = %err, "lock not acquired; call skipped");
     }
 }

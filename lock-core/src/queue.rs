@@ -561,9 +561,14 @@ mod tests {
 
     static NEXT: AtomicU64 = AtomicU64::new(1);
 
+    fn keys() -> Arc<crate::keys::LockKeys> {
+        Arc::new(crate::keys::LockKeys::new("", "k", 100).expect("name"))
+    }
+
     fn hold() -> Arc<Hold> {
         let n = NEXT.fetch_add(1, Ordering::Relaxed);
         Hold::granted(
+            keys(),
             Arc::from(format!("c:{n}")),
             7,
             None,
@@ -583,7 +588,7 @@ mod tests {
         let h = hold();
         q.acquired("k", Holding::new(h.clone()), Some(a.id));
         assert!(matches!(q.turn("k", &b), Turn::HeldLocally { .. }));
-        h.mark_lost("k", "test");
+        h.mark_lost("test");
         assert!(matches!(q.turn("k", &b), Turn::Contend { .. }));
     }
 
@@ -660,6 +665,7 @@ mod tests {
     async fn only_the_context_of_a_hold_re_enters_it() {
         let q = LocalQueues::default();
         let h = Hold::granted(
+            keys(),
             Arc::from("c:x"),
             1,
             Some(42),
@@ -670,7 +676,7 @@ mod tests {
         q.acquired("k", Holding::new(h.clone()), None);
         assert!(q.context_hold("k", 42).is_some());
         assert!(q.context_hold("k", 43).is_none());
-        h.mark_lost("k", "test");
+        h.mark_lost("test");
         assert!(
             q.context_hold("k", 42).is_none(),
             "a lost hold is not re-entered"

@@ -8,9 +8,10 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use tokio::runtime::RuntimeFlavor;
 use tokio::time::Instant;
+use tracing::Instrument;
 
 use crate::client::{Core, LockClient};
-use crate::keys::LockKeys;
+use crate::metrics::ReleaseOutcome;
 
 /// What [`LockClient::shutdown`] did.
 ///
@@ -100,14 +101,34 @@ impl LockClient {
         // No more renewals: a hold whose release fails expires with its lease.
         self.inner.stop_tasks.cancel();
         let holds = core.queues.holdings();
-        let releases = holds.iter().map(|(key, hold)| {
+        let releases = holds.iter().map(|(_, hold)| {
             let core = core.clone();
+            let span = tracing::debug_span!(
+                "lock.release",
+                lock = %hold.keys.name,
+                key = %hold.keys.lock
+            );
             async move {
-                let keys = keys_of(&core, key)?;
-                let outcome = core.release_all(&keys, &hold.owner).await;
+                let outcome = core.release_all(&hold.keys, &hold.owner).await;
                 hold.give_up();
-                Some(outcome)
+                crate::metrics::release(match outcome {
+                    Ok(true) => ReleaseOutcome::Shutdown,
+                    Ok(false) => ReleaseOutcome::NotHeld,
+                    Err(_) => ReleaseOutcome::Error,
+                });
+                match &outcome {
+                    Ok(true) => tracing::debug!("lock released at shutdown"),
+                    Ok(false) => tracing::debug!("lock was not held at shutdown"),
+                    Err(e) => tracing::warn!(
+                        lock = %hold.keys.name,
+                        key = %hold.keys.lock,
+                        error = %e,
+                        "releasing a lock at shutdown failed; it expires with its lease"
+                    ),
+                }
+                outcome
             }
+            .instrument(span)
         });
         let released = tokio::time::timeout_at(deadline, join_all(releases)).await;
         let mut finished = drained;
@@ -115,13 +136,9 @@ impl LockClient {
             Ok(outcomes) => {
                 for outcome in outcomes {
                     match outcome {
-                        Some(Ok(true)) => report.released += 1,
-                        Some(Ok(false)) => report.not_held += 1,
-                        Some(Err(e)) => {
-                            tracing::warn!(error = %e, "releasing a lock at shutdown failed; it expires with its lease");
-                            report.failed += 1;
-                        }
-                        None => report.failed += 1,
+                        Ok(true) => report.released += 1,
+                        Ok(false) => report.not_held += 1,
+                        Err(_) => report.failed += 1,
                     }
                 }
             }
@@ -148,13 +165,6 @@ impl LockClient {
         );
         report
     }
-}
-
-/// The keys of the lock whose full key is `key`.
-fn keys_of(core: &Core, key: &str) -> Option<LockKeys> {
-    let prefix = &core.config.key_prefix;
-    let name = key.strip_prefix(prefix.as_str())?;
-    LockKeys::new(prefix, name, usize::MAX).ok()
 }
 
 /// The last handle of a client is gone: waits, bounded by the command

@@ -27,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::client::Core;
 use crate::error::Error;
 use crate::hold::Hold;
+use crate::metrics::RenewalFailure;
 
 /// Renewals per script call (one round trip).
 const BATCH: usize = 512;
@@ -217,8 +218,25 @@ async fn run(
             }
         });
         let results = futures_util::future::join_all(batches).await;
-        for err in results.iter().filter_map(|r| r.as_ref().err()) {
-            tracing::warn!(error = %err, "lock watchdog renewal failed; retrying before the locks' deadlines");
+        for (chunk, err) in due
+            .chunks(BATCH)
+            .zip(&results)
+            .filter_map(|(chunk, r)| Some((chunk, r.as_ref().err()?)))
+        {
+            // One event per failed batch; with a single hold, its lock.
+            match chunk {
+                [((key, _), _, hold)] => tracing::warn!(
+                    lock = %hold.keys.name,
+                    key = %key,
+                    error = %err,
+                    "lock renewal failed; retrying before the lock's deadline"
+                ),
+                _ => tracing::warn!(
+                    locks = chunk.len(),
+                    error = %err,
+                    "lock renewal failed; retrying before the locks' deadlines"
+                ),
+            }
             core.report(err);
         }
 
@@ -243,14 +261,25 @@ async fn run(
                     // The lease runs from when the renewal was sent, and so
                     // does the period: a slow pass must not stretch the
                     // renewal cadence.
-                    Some(true) if hold.extend(started, lease) => Ok(started + period),
+                    Some(true) if hold.extend(started, lease) => {
+                        crate::metrics::renewed();
+                        Ok(started + period)
+                    }
                     Some(true) => Err("its deadline passed while it was being renewed"),
-                    Some(false) => Err("the lock is gone (expired, deleted or force-unlocked)"),
-                    None => match hold.remaining() {
-                        left if left.is_zero() => Err("renewals failed until its deadline"),
-                        // Retry soon enough to have another go before the deadline.
-                        left => Ok(after + retry_delay.min(left / 3).max(Duration::from_millis(1))),
-                    },
+                    Some(false) => {
+                        crate::metrics::renewal_failed(RenewalFailure::Gone);
+                        Err("the lock is gone (expired, deleted or force-unlocked)")
+                    }
+                    None => {
+                        crate::metrics::renewal_failed(RenewalFailure::Error);
+                        match hold.remaining() {
+                            left if left.is_zero() => Err("renewals failed until its deadline"),
+                            // Retry soon enough to have another go before the deadline.
+                            left => {
+                                Ok(after + retry_delay.min(left / 3).max(Duration::from_millis(1)))
+                            }
+                        }
+                    }
                 };
                 match next_due {
                     Ok(at) => s.queue.push(Reverse((at, *generation, key.clone()))),
@@ -263,7 +292,7 @@ async fn run(
         }
         drop(guard);
         tracing::trace!(
-            renewed = due.len(),
+            locks = due.len(),
             lost,
             elapsed_us = started.elapsed().as_micros() as u64,
             "lock watchdog pass"
@@ -276,9 +305,9 @@ async fn run(
 fn mark_lost(s: &mut Schedule, key: &EntryKey, why: &str, gone: bool) {
     if let Some(entry) = s.entries.remove(key) {
         if gone {
-            entry.hold.mark_gone(&key.0, why);
+            entry.hold.mark_gone(why);
         } else {
-            entry.hold.mark_lost(&key.0, why);
+            entry.hold.mark_lost(why);
         }
     }
 }

@@ -100,7 +100,10 @@ async fn serve(redis_url: &str, run: &str) -> Result<(), BoxError> {
             .wait(Duration::from_secs(10)),
         )
         .route("/health", get(|| async { "ok" })) // added after: never locked
-        .route("/metrics", get(move || std::future::ready(metrics.render())))
+        .route(
+            "/metrics",
+            get(move || std::future::ready(metrics.render())),
+        )
         .with_state(AppState { ledger, hold });
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
