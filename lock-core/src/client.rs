@@ -829,14 +829,18 @@ impl LockClient {
 
     /// A handle to the lock called `name` (the Redis key is the client's key
     /// prefix followed by `name`). Checks the name; makes no Redis call.
+    /// Takes any string: `&str`, `String`, `format!(..)`.
     ///
     /// ```no_run
     /// # async fn demo(client: lock_core::LockClient) -> lock_core::Result<()> {
     /// let lock = client.lock("order:42")?;
+    /// let id = 7;
+    /// let account = client.lock(format!("account:{id}"))?;
     /// assert!(client.lock("").unwrap_err().is_invalid_input());
     /// # Ok(()) }
     /// ```
-    pub fn lock(&self, name: &str) -> Result<Lock> {
+    pub fn lock(&self, name: impl AsRef<str>) -> Result<Lock> {
+        let name = name.as_ref();
         let keys = LockKeys::new(
             &self.inner.core.config.key_prefix,
             name,

@@ -100,7 +100,7 @@ async fn child_hold() {
         .build()
         .unwrap_or_else(|e| panic!("{e}"));
     let guard = client
-        .lock(&env_var(NAME))
+        .lock(env_var(NAME))
         .unwrap_or_else(|e| panic!("{e}"))
         .acquire()
         .await

@@ -152,7 +152,7 @@ async fn acquire_cut_at_every_offset_leaves_no_hold_without_a_guard() {
             .with_exact_arg("new")
             .with_exact_arg(key)
     };
-    let probe = r.client.lock(&name(0)).expect("name");
+    let probe = r.client.lock(name(0)).expect("name");
     let (command_len, reply_len) = lengths(&r.proxy, matcher(&name(0)), || async {
         probe
             .acquire()

@@ -62,9 +62,7 @@ async fn child_loop() {
         .build()
         .unwrap_or_else(|e| panic!("{e}"));
     client.ping().await.unwrap_or_else(|e| panic!("{e}"));
-    let lock = client
-        .lock(&env_var(NAME))
-        .unwrap_or_else(|e| panic!("{e}"));
+    let lock = client.lock(env_var(NAME)).unwrap_or_else(|e| panic!("{e}"));
     let start_at: u64 = env_var(START_AT_MS).parse().unwrap_or(0);
     let run = Duration::from_millis(env_var(RUN_MS).parse().unwrap_or(1000));
     let now = unix_ms();

@@ -528,9 +528,9 @@ async fn bad_input_is_rejected_before_any_redis_call() {
 
     let err = client.lock("").expect_err("empty");
     assert!(matches!(err, Error::InvalidName { .. }), "{err:?}");
-    let err = client.lock(&"x".repeat(33)).expect_err("long");
+    let err = client.lock("x".repeat(33)).expect_err("long");
     assert!(matches!(err, Error::InvalidName { .. }), "{err:?}");
-    assert!(client.lock(&"x".repeat(32)).is_ok());
+    assert!(client.lock("x".repeat(32)).is_ok());
 
     let lock = client.lock("ok").expect("name");
     let err = lock

@@ -386,7 +386,7 @@ async fn outer(
     mut conn: MultiplexedConnection,
     id: u32,
 ) -> Result<OuterSeen, ShopError> {
-    let inner_lock = client.lock(&format!("inner:{id}"))?;
+    let inner_lock = client.lock(format!("inner:{id}"))?;
     let before = current();
     let issued = issued_token(&mut conn, before.key()).await;
     let inner_before = HeldLock::current_for(&inner_lock).is_some();
@@ -410,7 +410,7 @@ async fn inner(
     id: u32,
 ) -> Result<InnerSeen, ShopError> {
     let current = current();
-    let outer = HeldLock::current_for(&client.lock(&format!("outer:{id}"))?);
+    let outer = HeldLock::current_for(&client.lock(format!("outer:{id}"))?);
     let issued = issued_token(&mut conn, current.key()).await;
     Ok(InnerSeen {
         current,

@@ -189,7 +189,7 @@ async fn calls_with_different_keys_run_concurrently() {
 #[distributed_lock(key = "tree:{id}", client = client)]
 async fn descend(client: &LockClient, id: u32, levels: u32) -> Result<u32, lock_core::Error> {
     if levels == 0 {
-        return client.lock(&format!("tree:{id}"))?.hold_count().await;
+        return client.lock(format!("tree:{id}"))?.hold_count().await;
     }
     Box::pin(descend(client, id, levels - 1)).await
 }
@@ -201,7 +201,7 @@ async fn transfer(client: &LockClient, id: u32) -> Result<u32, lock_core::Error>
 
 #[distributed_lock(key = "account:{id}", client = client)]
 async fn audit(client: &LockClient, id: u32) -> Result<u32, lock_core::Error> {
-    client.lock(&format!("account:{id}"))?.hold_count().await
+    client.lock(format!("account:{id}"))?.hold_count().await
 }
 
 #[tokio::test]

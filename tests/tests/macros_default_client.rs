@@ -22,7 +22,7 @@ impl From<lock_core::Error> for JobError {
 async fn run_job(name: &str) -> Result<bool, JobError> {
     let client = lock_core::default_client()?;
     Ok(client
-        .lock(&format!("job:{name}"))?
+        .lock(format!("job:{name}"))?
         .is_held_by_current_context()
         .await?)
 }

@@ -67,7 +67,7 @@ fn key_from_path(req: &Request<Body>) -> Option<String> {
 /// The `/hand/{n}` handler: the lock the layer would take, taken by hand.
 async fn by_hand(client: LockClient, n: usize) -> (StatusCode, &'static str) {
     let locked = lock_core::in_context(async {
-        let lock = client.lock(&key(n))?;
+        let lock = client.lock(key(n))?;
         let guard = lock
             .acquire_with(AcquireOptions::new().wait(lock_tower::DEFAULT_WAIT))
             .await?;

@@ -14,7 +14,7 @@ pub(crate) async fn run(ctx: &Ctx) -> BenchResult<Measurement> {
     let window = ctx.window();
     let mut set: JoinSet<BenchResult<Vec<u64>>> = JoinSet::new();
     for i in 0..tasks {
-        let lock = client.lock(&format!("w1:{i}"))?;
+        let lock = client.lock(format!("w1:{i}"))?;
         set.spawn(async move {
             let mut latencies = Vec::new();
             for _ in 0..MAX_CYCLES {

@@ -94,7 +94,7 @@ async fn acquire_all(
                 if i >= count {
                     break;
                 }
-                let lock = match client.lock(&format!("wd:{i}")) {
+                let lock = match client.lock(format!("wd:{i}")) {
                     Ok(lock) => lock,
                     Err(e) => {
                         failed.store(true, Ordering::Relaxed);

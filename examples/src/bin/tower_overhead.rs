@@ -116,7 +116,7 @@ async fn tower_level(client: &LockClient, n: usize) -> Result<(), BoxError> {
     let mut by_hand = service_fn(move |i: usize| {
         let client = by_hand_client.clone();
         lock_core::in_context(async move {
-            let lock = client.lock(&key_for(i))?;
+            let lock = client.lock(key_for(i))?;
             let guard = lock
                 .acquire_with(AcquireOptions::new().wait(lock_tower::DEFAULT_WAIT))
                 .await?;
@@ -175,7 +175,7 @@ async fn http_level(client: &LockClient, n: usize) -> Result<(), BoxError> {
                 let client = by_hand_client.clone();
                 async move {
                     let locked = lock_core::in_context(async {
-                        let lock = client.lock(&key_for(i))?;
+                        let lock = client.lock(key_for(i))?;
                         let guard = lock
                             .acquire_with(AcquireOptions::new().wait(lock_tower::DEFAULT_WAIT))
                             .await?;
