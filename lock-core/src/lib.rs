@@ -40,7 +40,10 @@
 //!   held.
 //! - **Lost-lock signalling**: [`LockGuard::is_held`] and
 //!   [`LockGuard::lost`] tell a critical section that its lock expired or
-//!   was taken away.
+//!   was taken away; [`HeldLock`] carries them (and the fencing token)
+//!   into request handlers, macro bodies and spawned tasks.
+//! - **Graceful shutdown** ([`LockClient::shutdown`]): a deploy leaves no
+//!   lock behind.
 //! - **Fencing tokens** ([`LockGuard::fencing_token`]): per lock, strictly
 //!   growing with every new holder, also across a Redis restart.
 //! - **A local validity deadline** on every guard: never "held" after the
@@ -56,9 +59,14 @@
 //! acquired before the body runs and released when it returns, returns
 //! early, panics or is cancelled. Nested annotated calls in one task
 //! re-enter. Options: `key` (required), `wait`, `lease`, `client`,
-//! `skip_if_locked`, `crate`; the attribute's own docs show each of them.
-//! Fns without `client = ...` use the client installed with
-//! [`install_default`].
+//! `skip_if_locked`, `cancel_on_lost`, `crate`; the attribute's own docs
+//! show each of them. Fns without `client = ...` use the client installed
+//! with [`install_default`]. The body reaches its hold (fencing token,
+//! lost signal) with [`HeldLock::current`], without another Redis call.
+//!
+//! When the release after the body finds the lock lost, the call returns
+//! `Err(Lost)` although the body ran and made its changes: make the body
+//! idempotent (or fence its writes) and check `is_lost()` before retrying.
 //!
 //! ```no_run
 //! # #[cfg(feature = "macros")]
