@@ -5,7 +5,11 @@
 # processes) pinned to CPU 1. Extra arguments go to lock-bench, e.g.
 #   bash scripts/bench.sh --workloads REF,W2 --duration 10
 # One JSON line per measurement on stdout; the summary with the ratios
-# against the targets on stderr. Installs redis-server first when missing.
+# against the targets on stderr. REF measures L-min twice in the same run:
+# over one multiplexed connection shared by all tasks (L-min-mux) and over
+# lock-core's pool shape (L-min-pool); W1's ratio is against the faster, and
+# W1 and both report client CPU per cycle. Installs redis-server first when
+# missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -13,27 +13,35 @@ usage: lock-bench [options]
   --workloads LIST     comma-separated, any of REF,W1,W2,W3,W3NP,WD,LAYER (default: all)
   --duration SECS      measured window per workload (default 5)
   --warmup SECS        warm-up before each window (default 1)
-  --tasks N            tasks of W1, W2, L-min, and LAYER's HTTP client tasks;
+  --tasks N            tasks of W1, W2, both L-min references, and LAYER's HTTP client tasks;
                        W3 splits them over the processes (default 16)
   --processes N        W3 and W3NP processes (default 4; W3: tasks per process =
                        tasks / processes; W3NP: one task per process)
   --wd-counts LIST     numbers of locks the WD workload holds (default 10000,100000)
   --wd-watchdog-ms MS  watchdog timeout of the WD client (default 3000: renewal every 1 s)
   --wd-in-flight N     WD acquisitions (and releases) in flight at once (default 256)
-  --ref-conns N        connections of the L-min reference (default 16, lock-core's pool size)
+  --ref-conns N        connections of the L-min-pool reference (default 16, lock-core's
+                       pool size); L-min-mux always shares one multiplexed connection
   --threads N          tokio worker threads (default: CPUs this process may run on)
   --redis-cpu N        pin the private redis-server to CPU N (ignored with --url)
   --bench-cpu N        pin this program (and its W3 children) to CPU N
   --smoke              tiny durations and counts, for CI (whole run well under 20 s)
   -h, --help           this text
 
-Output: one JSON line per measurement on stdout; a summary with the
-ratios against the targets on stderr.";
+REF measures L-min twice: L-min-mux (all tasks on one multiplexed
+connection, redis-rs pipelining their commands) and L-min-pool (lock-core's
+pool shape). W1's ratio is against the faster one (target >= 0.8).
+
+Output: one JSON line per measurement on stdout (lib = lock-core, L-min-mux,
+L-min-pool, L-serial, lock-tower, by-hand or bare; W1 and the L-min lines
+carry client_cpu_us_per_cycle: this process's getrusage user+sys CPU over
+the window / measured cycles); a summary with the ratios against the
+targets on stderr.";
 
 /// The workloads, in the order they run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Workload {
-    /// L-min and L-serial reference loops.
+    /// The reference loops: L-min-mux and L-min-pool (on W1), L-serial (on W2).
     Ref,
     /// Uncontended: one key per task.
     W1,

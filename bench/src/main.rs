@@ -1,7 +1,9 @@
 //! lock-bench: measures lock-core at the speed limit of Redis.
 //!
 //! Starts a private redis-server (or uses `--url`), runs the workloads of
-//! issue 6 — the L-min and L-serial references, W1 (uncontended), W2
+//! issue 6 — the L-min references (L-min-mux over one multiplexed
+//! connection shared by all tasks, L-min-pool over lock-core's pool shape;
+//! see `workloads/refs.rs`) and L-serial, W1 (uncontended), W2
 //! (contended, one process), W3 (contended, several processes: copies of
 //! this program), W3NP (the same with one task per process, which asks
 //! again the moment its release returns), WD (watchdog holding many locks), LAYER (lock-tower's
@@ -10,9 +12,15 @@
 //! the ratios against the targets on stderr. `scripts/bench.sh` builds it in release mode and
 //! runs it with redis-server pinned to CPU 0 and the benchmark to CPU 1.
 //!
+//! W1's ratio is against the faster of the two L-min references (target:
+//! W1 >= 0.8 x L-min over one multiplexed connection, issue 15). W1 and
+//! both references also report `client_cpu_us_per_cycle`: the CPU time of
+//! this whole process (getrusage `RUSAGE_SELF`, user + system) over the
+//! measured window divided by the cycles counted in it.
+//!
 //! ```text
 //! lock-bench [--url URL] [--workloads REF,W1,W2,W3,W3NP,WD,LAYER] [--duration 5] [--warmup 1]
-//!            [--tasks 16] [--processes 4] [--wd-counts 10000,100000]
+//!            [--tasks 16] [--processes 4] [--wd-counts 10000,100000] [--ref-conns 16]
 //!            [--redis-cpu 0] [--bench-cpu 1] [--smoke]
 //! ```
 
@@ -157,7 +165,16 @@ fn run(opts: Options) -> BenchResult<ExitCode> {
         // (lib, workload, result) of each measurement.
         let results: Vec<(&str, String, BenchResult<Measurement>)> = match workload {
             Workload::Ref => vec![
-                ("L-min", "W1".into(), rt.block_on(refs::l_min(&ctx))),
+                (
+                    report::L_MIN_MUX,
+                    "W1".into(),
+                    rt.block_on(refs::l_min(&ctx, refs::Shape::Mux)),
+                ),
+                (
+                    report::L_MIN_POOL,
+                    "W1".into(),
+                    rt.block_on(refs::l_min(&ctx, refs::Shape::Pool)),
+                ),
                 ("L-serial", "W2".into(), rt.block_on(refs::l_serial(&ctx))),
             ],
             Workload::W1 => vec![("lock-core", "W1".into(), rt.block_on(w1::run(&ctx)))],

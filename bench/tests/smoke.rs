@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const FIELDS: [&str; 16] = [
+const FIELDS: [&str; 17] = [
     "lib",
     "workload",
     "cycles_per_s",
@@ -25,8 +25,12 @@ const FIELDS: [&str; 16] = [
     "min_process_share_pct",
     "longest_process_run",
     "cross_process_pct",
+    "client_cpu_us_per_cycle",
     "notes",
 ];
+
+/// The W1 lines that report client CPU per cycle; null on every other line.
+const CPU_LINES: [&str; 3] = ["lock-core", "L-min-mux", "L-min-pool"];
 
 /// The per-process fairness fields: numbers on W3 and W3NP, null elsewhere.
 const PROCESS_FIELDS: [&str; 5] = [
@@ -109,6 +113,14 @@ fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
                 assert!(obj[f].is_null(), "{f} only on W3 and W3NP: {v}");
             }
         }
+        let cpu_line =
+            v["workload"] == "W1" && CPU_LINES.iter().any(|lib| v["lib"].as_str() == Some(lib));
+        if !cpu_line {
+            assert!(
+                obj["client_cpu_us_per_cycle"].is_null(),
+                "client CPU only on W1 and the L-min references: {v}"
+            );
+        }
     }
     let find = |lib: &str, workload: &str| {
         lines
@@ -117,10 +129,16 @@ fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
             .unwrap_or_else(|| panic!("no {lib}/{workload} line in:\n{out}"))
     };
 
-    for (lib, workload) in [("L-min", "W1"), ("lock-core", "W1")] {
-        let v = find(lib, workload);
+    for lib in CPU_LINES {
+        let v = find(lib, "W1");
         assert!(v["cycles_per_s"].as_f64().is_some_and(|r| r > 0.0), "{v}");
         assert!(v["p50_us"].is_number(), "{v}");
+        assert!(
+            v["client_cpu_us_per_cycle"]
+                .as_f64()
+                .is_some_and(|c| c > 0.0),
+            "{v}"
+        );
     }
     assert_eq!(find("L-serial", "W2")["counter_ok"], true);
 
@@ -190,6 +208,65 @@ fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
     assert!(
         err.contains("LAYER  lock-tower p50"),
         "the summary must compare the layer with the lock taken by hand:\n{err}"
+    );
+}
+
+#[test]
+fn smoke_run_measures_l_min_over_one_connection_and_over_the_pool_shape() {
+    let (ok, out, err) = run(&["--smoke", "--workloads", "REF,W1"]);
+    assert!(
+        ok,
+        "lock-bench --smoke failed\nstdout:\n{out}\nstderr:\n{err}"
+    );
+    let lines: Vec<Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    let libs: Vec<&str> = lines
+        .iter()
+        .filter(|v| v["workload"] == "W1")
+        .filter_map(|v| v["lib"].as_str())
+        .collect();
+    assert_eq!(
+        libs,
+        ["L-min-mux", "L-min-pool", "lock-core"],
+        "both references, then W1:\n{out}"
+    );
+    let notes = |lib: &str| {
+        lines
+            .iter()
+            .find(|v| v["lib"] == lib)
+            .and_then(|v| v["notes"].as_str())
+            .unwrap_or_default()
+            .to_owned()
+    };
+    assert!(
+        notes("L-min-mux").contains("ONE multiplexed connection"),
+        "{out}"
+    );
+    assert!(
+        notes("L-min-pool").contains("multiplexed connections (the library's pool shape"),
+        "the pool shape: one connection per task up to lock-core's pool size:\n{out}"
+    );
+    for lib in CPU_LINES {
+        let v = lines
+            .iter()
+            .find(|v| v["lib"] == lib && v["workload"] == "W1")
+            .unwrap_or_else(|| panic!("no {lib} line:\n{out}"));
+        assert!(
+            v["client_cpu_us_per_cycle"]
+                .as_f64()
+                .is_some_and(|c| c > 0.0),
+            "{v}"
+        );
+    }
+    assert!(
+        err.contains("W1 / faster reference (L-min-") && err.contains("target >= 0.8 x L-min"),
+        "the summary must judge W1 against the faster reference:\n{err}"
+    );
+    assert!(
+        err.contains("client CPU per uncontended cycle: lock-core"),
+        "the summary must show client CPU per cycle:\n{err}"
     );
 }
 

@@ -11,10 +11,11 @@ pub(crate) mod wd;
 use std::time::Duration;
 
 use lock_core::{AcquireOptions, LockClient};
+use tokio::task::JoinHandle;
 
 use crate::args::Options;
 use crate::report::Measurement;
-use crate::stats::{percentile, Window};
+use crate::stats::{cpu_ns, mono_ns, percentile, Window};
 use crate::BenchResult;
 
 /// Explicit lease of every non-watchdog acquisition (the 10 s).
@@ -71,7 +72,49 @@ pub(crate) async fn lock_client(
     Ok(client)
 }
 
-/// The figures of an uncontended loop (W1, L-min, L-serial): cycles/s and
+/// The client CPU of this process over the measured part of a window:
+/// getrusage(RUSAGE_SELF) user + system time of every thread (the
+/// workload's tasks, redis-rs's connection drivers, lock-core's background
+/// tasks, tokio itself), read when the window opens and when it closes.
+/// Aborted when dropped, so a workload that fails leaves no task behind.
+#[derive(Debug)]
+pub(crate) struct ClientCpu(JoinHandle<Option<f64>>);
+
+impl ClientCpu {
+    /// Starts sampling `window` (call before the workload's tasks start).
+    pub(crate) fn sample(window: &Window) -> Self {
+        let (from, to) = (window.from, window.to);
+        let until = |at: u64| Duration::from_nanos(at.saturating_sub(mono_ns()));
+        ClientCpu(tokio::spawn(async move {
+            tokio::time::sleep(until(from)).await;
+            let (cpu0, t0) = (cpu_ns()?, mono_ns());
+            tokio::time::sleep(until(to)).await;
+            let (cpu1, t1) = (cpu_ns()?, mono_ns());
+            // Timers may fire a little late: divide by the time actually
+            // sampled, not by the window's length.
+            (t1 > t0).then(|| cpu1.saturating_sub(cpu0) as f64 / (t1 - t0) as f64)
+        }))
+    }
+
+    /// Sets `m.client_cpu_us_per_cycle`: CPU seconds per second over the
+    /// window divided by the measured cycles per second, in µs per cycle.
+    pub(crate) async fn finish(mut self, m: &mut Measurement) -> BenchResult<()> {
+        let cpu_share = (&mut self.0).await?;
+        m.client_cpu_us_per_cycle = match (cpu_share, m.cycles_per_s) {
+            (Some(share), Some(rate)) if rate > 0.0 => Some(share * 1e6 / rate),
+            _ => None,
+        };
+        Ok(())
+    }
+}
+
+impl Drop for ClientCpu {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
+/// The figures of an uncontended loop (W1, L-min-mux, L-min-pool, L-serial): cycles/s and
 /// the percentiles of the cycle latency (acquire start → release end).
 pub(crate) fn uncontended(
     lib: &str,
@@ -122,6 +165,7 @@ pub(crate) fn contended(
         violations: Some(violations),
         counter_ok: Some(counter_ok),
         by_process: None,
+        client_cpu_us_per_cycle: None,
         notes: format!(
             "{notes}; p50/p99/max = acquire wait; cycle latency p50 {} us, p99 {} us; lock-level cycle time 1/cycles_per_s {} us; measured cycles {}; hand-offs in counter (INCR) order",
             fmt(cycle_p50),

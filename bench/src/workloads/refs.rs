@@ -2,9 +2,18 @@
 //!
 //! - **L-min** (on W1): the least a correct lock can do, two round trips per
 //!   cycle: `SET key token NX PX 10000`, then a compare-and-delete script
-//!   (EVALSHA). 16 tasks on their own keys, over as many multiplexed
-//!   connections as lock-core's default pool (16; `--ref-conns`), task i on
-//!   connection i mod n.
+//!   (EVALSHA). `--tasks` tasks (16) on their own keys. Measured twice in the
+//!   same run, in two connection shapes:
+//!   - **L-min-mux**: every task on ONE multiplexed connection (a
+//!     `MultiplexedConnection` cloned per task), so redis-rs pipelines the
+//!     tasks' concurrent commands into shared writes and reads: the fastest
+//!     correct two-round-trip lock redis-rs can do, and W1's honest bar;
+//!   - **L-min-pool**: the library's pool shape, as many multiplexed
+//!     connections as lock-core's default pool (`--ref-conns`, default
+//!     `lock_core::DEFAULT_POOL_SIZE`), task i on connection i mod n.
+//!
+//!   W1's ratio is against the faster of the two. Both report the client
+//!   CPU per cycle (see [`super::ClientCpu`]).
 //! - **L-serial** (on W2): one task, no contention, on one connection:
 //!   acquire (SET NX PX) → INCR counter → release (compare-and-delete). Its
 //!   rate is what a perfect zero-gap hand-off between waiters would reach.
@@ -15,8 +24,8 @@ use redis::aio::MultiplexedConnection;
 use redis::Script;
 use tokio::task::JoinSet;
 
-use super::{uncontended, Ctx, LEASE, MAX_CYCLES};
-use crate::report::Measurement;
+use super::{uncontended, ClientCpu, Ctx, LEASE, MAX_CYCLES};
+use crate::report::{Measurement, L_MIN_MUX, L_MIN_POOL};
 use crate::stats::{mono_ns, Window};
 use crate::{redis_util, BenchResult};
 
@@ -60,11 +69,33 @@ fn token(base: u32, task: usize, n: usize) -> String {
 /// Per-task outcome of the L-min loop: measured latencies and misses.
 type TaskResult = BenchResult<(Vec<u64>, u64)>;
 
-/// The L-min reference on W1.
-pub(crate) async fn l_min(ctx: &Ctx) -> BenchResult<Measurement> {
+/// The connection shape of an L-min run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Shape {
+    /// L-min-mux: one multiplexed connection shared by every task.
+    Mux,
+    /// L-min-pool: `--ref-conns` connections, task i on connection i mod n.
+    Pool,
+}
+
+impl Shape {
+    fn lib(self) -> &'static str {
+        match self {
+            Shape::Mux => L_MIN_MUX,
+            Shape::Pool => L_MIN_POOL,
+        }
+    }
+}
+
+/// The L-min reference on W1, over `shape`'s connections.
+pub(crate) async fn l_min(ctx: &Ctx, shape: Shape) -> BenchResult<Measurement> {
     let tasks = ctx.opts.tasks;
+    let wanted = match shape {
+        Shape::Mux => 1,
+        Shape::Pool => ctx.opts.ref_conns.min(tasks),
+    };
     let mut conns = Vec::new();
-    for _ in 0..ctx.opts.ref_conns.min(tasks) {
+    for _ in 0..wanted {
         conns.push(redis_util::connect(&ctx.url).await?);
     }
     let script = Arc::new(Script::new(COMPARE_AND_DELETE));
@@ -73,11 +104,15 @@ pub(crate) async fn l_min(ctx: &Ctx) -> BenchResult<Measurement> {
     }
     let base = std::process::id();
     let window = ctx.window();
+    let cpu = ClientCpu::sample(&window);
     let mut set: JoinSet<TaskResult> = JoinSet::new();
     for i in 0..tasks {
         let mut conn = conns[i % conns.len()].clone();
         let script = script.clone();
-        let key = ctx.key(&format!("w1min:{i}"));
+        let key = match shape {
+            Shape::Mux => ctx.key(&format!("w1mux:{i}")),
+            Shape::Pool => ctx.key(&format!("w1pool:{i}")),
+        };
         set.spawn(async move {
             let mut latencies = Vec::new();
             let mut misses = 0;
@@ -109,11 +144,20 @@ pub(crate) async fn l_min(ctx: &Ctx) -> BenchResult<Measurement> {
         latencies.extend(l);
         misses += m;
     }
+    let conns_text = match shape {
+        Shape::Mux => "sharing ONE multiplexed connection (cloned per task; redis-rs pipelines their concurrent commands)".to_owned(),
+        Shape::Pool => format!(
+            "over {} multiplexed connections (the library's pool shape, --ref-conns), task i on connection i mod {}",
+            conns.len(),
+            conns.len()
+        ),
+    };
     let notes = format!(
-        "reference: SET NX PX + compare-and-delete EVALSHA (2 round trips/cycle); {tasks} tasks on own keys over {} multiplexed connections; p50/p99 = cycle latency; misses={misses}",
-        conns.len()
+        "reference: SET NX PX + compare-and-delete EVALSHA (2 round trips/cycle); {tasks} tasks on own keys {conns_text}; p50/p99 = cycle latency; client CPU = getrusage user+sys of the whole process over the window / measured cycles; misses={misses}"
     );
-    Ok(uncontended("L-min", "W1", latencies, &window, notes))
+    let mut m = uncontended(shape.lib(), "W1", latencies, &window, notes);
+    cpu.finish(&mut m).await?;
+    Ok(m)
 }
 
 /// The L-serial reference on W2.

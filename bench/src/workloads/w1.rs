@@ -1,9 +1,11 @@
 //! W1, uncontended: task i loops acquire `w1:{i}` → release, with a 10 s
-//! explicit lease. Figures: cycles/s, p50/p99 cycle latency.
+//! explicit lease. Figures: cycles/s, p50/p99 cycle latency, client CPU per
+//! cycle (see [`super::ClientCpu`]); the summary sets the rate against the
+//! faster L-min reference (L-min-mux or L-min-pool, see [`super::refs`]).
 
 use tokio::task::JoinSet;
 
-use super::{acquire_options, lock_client, uncontended, Ctx, MAX_CYCLES};
+use super::{acquire_options, lock_client, uncontended, ClientCpu, Ctx, MAX_CYCLES};
 use crate::report::Measurement;
 use crate::stats::mono_ns;
 use crate::BenchResult;
@@ -12,6 +14,7 @@ pub(crate) async fn run(ctx: &Ctx) -> BenchResult<Measurement> {
     let client = lock_client(&ctx.url, &ctx.prefix, None).await?;
     let tasks = ctx.opts.tasks;
     let window = ctx.window();
+    let cpu = ClientCpu::sample(&window);
     let mut set: JoinSet<BenchResult<Vec<u64>>> = JoinSet::new();
     for i in 0..tasks {
         let lock = client.lock(format!("w1:{i}"))?;
@@ -37,8 +40,10 @@ pub(crate) async fn run(ctx: &Ctx) -> BenchResult<Measurement> {
         latencies.extend(joined??);
     }
     let notes = format!(
-        "{tasks} tasks on own keys, lease 10 s, pool {}; p50/p99 = cycle latency (acquire start -> release end)",
+        "{tasks} tasks on own keys, lease 10 s, pool {}; p50/p99 = cycle latency (acquire start -> release end); client CPU = getrusage user+sys of the whole process over the window / measured cycles",
         client.config().pool_size
     );
-    Ok(uncontended("lock-core", "W1", latencies, &window, notes))
+    let mut m = uncontended("lock-core", "W1", latencies, &window, notes);
+    cpu.finish(&mut m).await?;
+    Ok(m)
 }
