@@ -66,8 +66,11 @@ impl Held {
         let core = self.lock.client.inner.core.clone();
         let keys = self.lock.keys.clone();
         let owner = self.hold.owner.clone();
-        let task = tokio::spawn(
+        // Tracked with the client's background work: a shutdown waits for it.
+        let (tracker, runtime) = (core.background.clone(), core.runtime.clone());
+        let task = tracker.spawn_on(
             async move { core.release_hold(&keys, &owner, lease_ms).await }.instrument(span),
+            &runtime,
         );
         match task.await {
             Ok(Ok(Released::NotHeld)) => {

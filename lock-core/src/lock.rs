@@ -1,6 +1,6 @@
 //! The lock handle: acquire (blocking, bounded, try), inspect, force-unlock.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -8,7 +8,7 @@ use redis::Value;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::client::{CancelMode, LockClient, ReleaseJob, Released};
+use crate::client::{CancelMode, Core, LockClient, ReleaseJob, Released};
 use crate::context::LockContext;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
@@ -396,8 +396,7 @@ impl Lock {
     async fn acquire_checked(&self, options: AcquireOptions, call: &Call) -> Result<Got> {
         options.validate()?;
         let core = &self.client.inner.core;
-        core.acquiring.fetch_add(1, Ordering::SeqCst);
-        let _running = Running(&core.acquiring);
+        let _running = Running::new(core);
         if core.closed.is_cancelled() {
             return Err(Error::Closed);
         }
@@ -738,8 +737,13 @@ impl Lock {
         waiter_id: Option<u64>,
     ) -> Result<Attempt> {
         let lock = self.clone();
+        // Counted as running until the task ends, even when the caller
+        // stopped waiting for it (shutdown waits for it, then gives back
+        // what it was granted).
+        let running = Running::new(&self.client.inner.core);
         let task = tokio::spawn(
             async move {
+                let _running = running;
                 match lock.attempt_now(context, lease, waiter_id, true).await {
                     // A connection the server had closed: the attempt was
                     // cancelled (undone or refused), so one more attempt, under
@@ -1079,8 +1083,11 @@ impl Lock {
             lock = %self.keys.name,
             key = %self.keys.lock
         );
-        // In its own task: a release must run to the end once started.
-        let task = tokio::spawn(
+        // In its own task: a release must run to the end once started
+        // (tracked with the background work: a shutdown waits for it).
+        let runtime = core.runtime.clone();
+        let tracker = core.background.clone();
+        let task = tracker.spawn_on(
             async move {
                 let released = core.release_hold(&keys, &owner, lease_ms).await;
                 if let Ok(released) = released {
@@ -1089,6 +1096,7 @@ impl Lock {
                 released
             }
             .instrument(span),
+            &runtime,
         );
         match task.await {
             Ok(Ok(Released::NotHeld)) => Err(not_held()),
@@ -1135,11 +1143,18 @@ impl Drop for Ticket {
 }
 
 /// Counts one running acquisition (see `LockClient::shutdown`).
-struct Running<'a>(&'a AtomicUsize);
+struct Running(Arc<Core>);
 
-impl Drop for Running<'_> {
+impl Running {
+    fn new(core: &Arc<Core>) -> Running {
+        core.acquiring.fetch_add(1, Ordering::SeqCst);
+        Running(core.clone())
+    }
+}
+
+impl Drop for Running {
     fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.0.acquiring.fetch_sub(1, Ordering::SeqCst);
     }
 }
 

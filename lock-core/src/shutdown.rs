@@ -89,67 +89,22 @@ impl LockClient {
         core.closed.cancel();
         tracing::info!(client = %core.client_id, "lock client shutting down");
         let mut report = ShutdownReport::default();
-        // Acquisitions see `closed` at their next poll and end; one that
-        // got its lock meanwhile is among the holds released below.
-        let drained = tokio::time::timeout_at(deadline, async {
+        // No more renewals: a hold whose release fails expires with its lease.
+        self.inner.stop_tasks.cancel();
+        // The holds of now, then (after the acquisitions in flight ended,
+        // for at most half the time) those granted meanwhile.
+        let mut finished = release_holds(&core, deadline, &mut report).await;
+        let drain_deadline =
+            Instant::now() + deadline.saturating_duration_since(Instant::now()) / 2;
+        let drained = tokio::time::timeout_at(drain_deadline, async {
             while core.acquiring.load(Ordering::SeqCst) > 0 {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         })
         .await
         .is_ok();
-        // No more renewals: a hold whose release fails expires with its lease.
-        self.inner.stop_tasks.cancel();
-        let holds = core.queues.holdings();
-        let releases = holds.iter().map(|(_, hold)| {
-            let core = core.clone();
-            let span = tracing::debug_span!(
-                "lock.release",
-                lock = %hold.keys.name,
-                key = %hold.keys.lock
-            );
-            async move {
-                let outcome = core.release_all(&hold.keys, &hold.owner).await;
-                hold.give_up();
-                crate::metrics::release(match outcome {
-                    Ok(true) => ReleaseOutcome::Shutdown,
-                    Ok(false) => ReleaseOutcome::NotHeld,
-                    Err(_) => ReleaseOutcome::Error,
-                });
-                match &outcome {
-                    Ok(true) => tracing::debug!("lock released at shutdown"),
-                    Ok(false) => tracing::debug!("lock was not held at shutdown"),
-                    Err(e) => tracing::warn!(
-                        lock = %hold.keys.name,
-                        key = %hold.keys.lock,
-                        error = %e,
-                        "releasing a lock at shutdown failed; it expires with its lease"
-                    ),
-                }
-                outcome
-            }
-            .instrument(span)
-        });
-        let released = tokio::time::timeout_at(deadline, join_all(releases)).await;
-        let mut finished = drained;
-        match released {
-            Ok(outcomes) => {
-                for outcome in outcomes {
-                    match outcome {
-                        Ok(true) => report.released += 1,
-                        Ok(false) => report.not_held += 1,
-                        Err(_) => report.failed += 1,
-                    }
-                }
-            }
-            Err(_) => {
-                finished = false;
-                report.failed = holds.len();
-            }
-        }
-        for (_, hold) in &holds {
-            hold.give_up();
-        }
+        finished &= drained;
+        finished &= release_holds(&core, deadline, &mut report).await;
         core.background.close();
         finished &= tokio::time::timeout_at(deadline, core.background.wait())
             .await
@@ -167,9 +122,74 @@ impl LockClient {
     }
 }
 
+/// Gives up and releases every hold the client has now that it has not
+/// given up yet, by `deadline`; adds to `report`. False when the deadline
+/// cut it short.
+async fn release_holds(core: &Arc<Core>, deadline: Instant, report: &mut ShutdownReport) -> bool {
+    let holds: Vec<_> = core
+        .queues
+        .holdings()
+        .into_iter()
+        .filter(|(_, hold)| !hold.is_gone())
+        .collect();
+    // Lost for local code before the lock is free in Redis: nothing keeps
+    // working under a lock another replica may hold a moment later.
+    for (_, hold) in &holds {
+        hold.give_up();
+    }
+    let releases = holds.iter().map(|(_, hold)| {
+        let core = core.clone();
+        let span = tracing::debug_span!(
+            "lock.release",
+            lock = %hold.keys.name,
+            key = %hold.keys.lock
+        );
+        async move {
+            let outcome = core.release_all(&hold.keys, &hold.owner).await;
+            crate::metrics::release(match outcome {
+                Ok(true) => ReleaseOutcome::Shutdown,
+                Ok(false) => ReleaseOutcome::NotHeld,
+                Err(_) => ReleaseOutcome::Error,
+            });
+            match &outcome {
+                Ok(true) => tracing::debug!("lock released at shutdown"),
+                Ok(false) => tracing::debug!("lock was not held at shutdown"),
+                Err(e) => tracing::warn!(
+                    lock = %hold.keys.name,
+                    key = %hold.keys.lock,
+                    error = %e,
+                    "releasing a lock at shutdown failed; it expires with its lease"
+                ),
+            }
+            outcome
+        }
+        .instrument(span)
+    });
+    match tokio::time::timeout_at(deadline, join_all(releases)).await {
+        Ok(outcomes) => {
+            for outcome in outcomes {
+                match outcome {
+                    Ok(true) => report.released += 1,
+                    Ok(false) => report.not_held += 1,
+                    Err(_) => report.failed += 1,
+                }
+            }
+            true
+        }
+        Err(_) => {
+            report.failed += holds.len();
+            false
+        }
+    }
+}
+
+/// Longest wait for pending releases when the last client handle drops.
+const DROP_FLUSH_LIMIT: Duration = Duration::from_secs(2);
+
 /// The last handle of a client is gone: waits, bounded by the command
-/// time-out, for background releases still running, when that cannot
-/// stall the runtime they need (a multi-threaded one). Never panics.
+/// time-out (at most 2 s), for background releases still running, when
+/// that cannot stall the runtime they need (a multi-threaded one). Never
+/// panics.
 pub(crate) fn flush_on_drop(core: &Arc<Core>) {
     core.background.close();
     if core.background.is_empty() {
@@ -183,31 +203,23 @@ pub(crate) fn flush_on_drop(core: &Arc<Core>) {
         );
         return;
     }
-    let limit = core.config.command_timeout;
-    let wait = {
-        let core = core.clone();
-        move || {
-            core.runtime.block_on(async {
-                let _ = tokio::time::timeout(limit, core.background.wait()).await;
-            })
-        }
-    };
-    let outcome = match tokio::runtime::Handle::try_current() {
-        // Inside a runtime: only a multi-threaded one lets this thread block.
-        Ok(current) if current.runtime_flavor() == RuntimeFlavor::MultiThread => {
-            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-                tokio::task::block_in_place(wait)
-            }))
-        }
-        Ok(_) => {
-            tracing::debug!(
-                "lock client dropped inside a current_thread runtime with releases pending"
-            );
-            return;
-        }
-        // Outside any runtime (its handle may belong to a runtime that is
-        // shutting down: a panic there must not escape a Drop).
-        Err(_) => std::panic::catch_unwind(std::panic::AssertUnwindSafe(wait)),
+    // Waited for with a std channel and the thread's own clock, not
+    // tokio's timer: this may run on a worker of the very runtime (even
+    // while it shuts down, when no timer is driven any more). On a runtime
+    // that is shutting down the waiting task is dropped at once, which
+    // ends the wait at once.
+    let limit = core.config.command_timeout.min(DROP_FLUSH_LIMIT);
+    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+    let waiting = core.clone();
+    let spawned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        core.runtime.spawn(async move {
+            waiting.background.wait().await;
+            let _ = done_tx.send(());
+        })
+    }));
+    let outcome = match spawned {
+        Ok(_) => done_rx.recv_timeout(limit).map_err(|_| ()),
+        Err(_) => Err(()),
     };
     if outcome.is_err() {
         tracing::debug!("background lock releases could not be awaited at client drop");

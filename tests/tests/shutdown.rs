@@ -255,3 +255,195 @@ fn child_process() {
         // `main` returns: `lock` and `client` drop here, the runtime after.
     });
 }
+
+fn proxied_client(proxy: &lock_tests::FaultProxy) -> LockClient {
+    LockClient::builder(proxy.url())
+        .command_timeout(Duration::from_secs(2))
+        .connect_timeout(Duration::from_secs(2))
+        .build()
+        .unwrap_or_else(|e| panic!("client: {e}"))
+}
+
+fn proxy_for(server: &lock_tests::RedisServer) -> lock_tests::FaultProxy {
+    lock_tests::FaultProxy::start(server.addr()).unwrap_or_else(|e| panic!("proxy: {e}"))
+}
+
+/// An acquisition whose request is in Redis when shutdown starts (its
+/// reply held back 1.5 s by the proxy): the caller gets `Closed` at once,
+/// and the hold Redis grants meanwhile is given back by the shutdown (it
+/// used to stay for its 30 s lease).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_acquisition_in_flight_at_shutdown_is_given_back() {
+    use lock_tests::{CommandMatch, Fault};
+    let server = common::server();
+    let proxy = proxy_for(&server);
+    let client = proxied_client(&proxy);
+    let mut raw = common::raw(&server).await;
+    client.ping().await.unwrap_or_else(|e| panic!("{e}"));
+    let slow = proxy.fault_next(
+        CommandMatch::name("EVALSHA").with_arg("sd:in-flight"),
+        Fault::DelayReply(Duration::from_millis(1500)),
+    );
+    let lock = client
+        .lock("sd:in-flight")
+        .unwrap_or_else(|e| panic!("{e}"));
+    let acquire = tokio::spawn(async move { lock.acquire().await.map(|g| g.fencing_token()) });
+    common::eventually(Duration::from_secs(2), || {
+        let matched = slow.matched();
+        async move { matched }
+    })
+    .await
+    .unwrap_or_else(|| panic!("the acquire never reached the proxy"));
+    let report = client.shutdown(Duration::from_secs(5)).await;
+    println!("in-flight acquisition: {report:?}");
+    let got = common::within(Duration::from_secs(1), "the acquire", acquire).await;
+    assert!(matches!(got, Ok(Err(ref e)) if e.is_closed()), "{got:?}");
+    assert!(report.is_complete(), "{report:?}");
+    let exists: i64 = common::cmd(&mut raw, &["EXISTS", "sd:in-flight"]).await;
+    assert_eq!(
+        exists, 0,
+        "the hold granted during shutdown was left behind"
+    );
+}
+
+/// A `try_acquire` whose reply is held back longer than the shutdown's
+/// time-out must not keep the shutdown from releasing the holds it has.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_acquisition_does_not_keep_the_holds_from_being_released() {
+    use lock_tests::{CommandMatch, Fault};
+    let server = common::server();
+    let proxy = proxy_for(&server);
+    let client = proxied_client(&proxy);
+    let mut raw = common::raw(&server).await;
+    let held = client
+        .lock("sd:held")
+        .unwrap_or_else(|e| panic!("{e}"))
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let slow = proxy.fault_next(
+        CommandMatch::name("EVALSHA").with_arg("sd:slow"),
+        Fault::DelayReply(Duration::from_millis(1800)),
+    );
+    let other = client.lock("sd:slow").unwrap_or_else(|e| panic!("{e}"));
+    let attempt = tokio::spawn(async move { other.try_acquire().await.map(|g| g.is_some()) });
+    common::eventually(Duration::from_secs(2), || {
+        let matched = slow.matched();
+        async move { matched }
+    })
+    .await
+    .unwrap_or_else(|| panic!("the try_acquire never reached the proxy"));
+    let report = client.shutdown(Duration::from_millis(1500)).await;
+    println!("slow acquisition: {report:?}");
+    assert!(report.released >= 1, "{report:?}");
+    assert!(!held.is_held());
+    let ours: i64 = common::cmd(&mut raw, &["HEXISTS", "sd:held", held.owner_id()]).await;
+    assert_eq!(ours, 0, "the hold was not released");
+    let _ = common::within(Duration::from_secs(5), "the try_acquire", attempt).await;
+    // The late grant is given up too (its guard finds it gone; the lease ends it).
+}
+
+/// Guards hear of the shutdown before the lock is free in Redis: when
+/// another client gets the lock, our handle already says "not held".
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn guards_hear_of_shutdown_before_another_client_gets_the_lock() {
+    use lock_tests::{CommandMatch, Fault};
+    let server = common::server();
+    let proxy = proxy_for(&server);
+    let client = proxied_client(&proxy);
+    let other = common::client_for(&server, 30_000);
+    let guard = client
+        .lock("sd:gh")
+        .unwrap_or_else(|e| panic!("{e}"))
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let held = guard.held_lock();
+    let theirs = other.lock("sd:gh").unwrap_or_else(|e| panic!("{e}"));
+    let watched = held.clone();
+    let waiter = tokio::spawn(async move {
+        let got = theirs.acquire_timeout(Duration::from_secs(10)).await;
+        // The moment the other client holds it: do we still say "held"?
+        let ours_says_held = watched.is_held();
+        (got.map(|g| g.fencing_token()), ours_says_held)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The shutdown's release reply is held back 800 ms: the lock is free
+    // in Redis long before this client hears back.
+    let _slow = proxy.fault_next(
+        CommandMatch::name("EVALSHA").with_arg("sd:gh"),
+        Fault::DelayReply(Duration::from_millis(800)),
+    );
+    let report = client.shutdown(Duration::from_secs(5)).await;
+    let (got, ours_says_held) = common::within(Duration::from_secs(5), "the other client", waiter)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(got.is_ok(), "{got:?}");
+    assert!(
+        !ours_says_held,
+        "our handle said held while the other client held the lock"
+    );
+    assert_eq!(report.released, 1, "{report:?}");
+}
+
+/// The last client handle dropped by a runtime that is shutting down,
+/// with releases pending whose replies are held back: dropping the runtime
+/// must not hang (one worker and two).
+#[test]
+fn dropping_the_runtime_with_releases_pending_does_not_hang() {
+    use lock_tests::{CommandMatch, Fault};
+    for workers in [1, 2] {
+        let server = common::server();
+        let proxy = proxy_for(&server);
+        let rt = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(workers)
+            .enable_all()
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        rt.block_on(async {
+            let client = proxied_client(&proxy);
+            let mut guards = Vec::new();
+            for i in 0..6 {
+                let lock = client
+                    .lock(format!("sd:f:{i}"))
+                    .unwrap_or_else(|e| panic!("{e}"));
+                guards.push(lock.acquire().await.unwrap_or_else(|e| panic!("{e}")));
+            }
+            let last = client
+                .lock("sd:f:last")
+                .unwrap_or_else(|e| panic!("{e}"))
+                .acquire()
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            for i in 0..6 {
+                let _ = proxy.fault_next(
+                    CommandMatch::name("EVALSHA").with_arg(format!("sd:f:{i}")),
+                    Fault::DelayReply(Duration::from_secs(4)),
+                );
+            }
+            drop(guards); // background releases, replies held back
+                          // The last handle lives in a task the runtime drops at shutdown.
+            tokio::spawn(async move {
+                let _last = last;
+                std::future::pending::<()>().await
+            });
+            drop(client);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        });
+        let started = Instant::now();
+        let (tx, rx) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            drop(rt);
+            let _ = tx.send(());
+        });
+        let dropped = rx.recv_timeout(Duration::from_secs(15));
+        println!(
+            "{workers} worker(s): runtime dropped in {:?}",
+            started.elapsed()
+        );
+        assert!(
+            dropped.is_ok(),
+            "{workers} worker(s): dropping the runtime hung"
+        );
+    }
+}
