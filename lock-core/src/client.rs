@@ -363,7 +363,7 @@ impl Core {
             ),
         );
         let reply = self
-            .run_with_retries(keys, &self.scripts.cancel, &cmd, || {})
+            .run_with_retries(keys, &self.scripts.cancel, &cmd, || None, || {})
             .await?;
         match reply {
             Value::Int(n) => {
@@ -473,30 +473,43 @@ impl Core {
         on_retry: impl Fn(),
     ) -> Result<ReleaseOutcome> {
         let (latch, latch_ms) = self.latch(keys);
-        let cmd = self.scripts.release.evalsha(
-            &[
-                keys.lock.as_str(),
-                keys.channel.as_str(),
-                latch.as_str(),
-                keys.queue.as_str(),
-                keys.turn.as_str(),
-            ],
-            (
-                owner,
-                lease_ms,
-                crate::keys::UNLOCK_MESSAGE,
-                latch_ms,
-                &*self.client_id,
-                duration_ms(self.turn_window()),
-                if all { "1" } else { "0" },
-            ),
-        );
+        let turn_ms = duration_ms(self.turn_window());
+        // `sent_before`: '0' on the first send of this request (whose latch
+        // cannot exist yet: the script skips reading it), '1' on retries.
+        let release_cmd = |sent_before: &str| {
+            self.scripts.release.evalsha(
+                &[
+                    keys.lock.as_str(),
+                    keys.channel.as_str(),
+                    latch.as_str(),
+                    keys.queue.as_str(),
+                    keys.turn.as_str(),
+                ],
+                (
+                    owner,
+                    lease_ms,
+                    crate::keys::UNLOCK_MESSAGE,
+                    latch_ms,
+                    &*self.client_id,
+                    turn_ms,
+                    if all { "1" } else { "0" },
+                    sent_before,
+                ),
+            )
+        };
+        let cmd = release_cmd("0");
         let retried = std::sync::atomic::AtomicBool::new(false);
         let reply = self
-            .run_with_retries(keys, &self.scripts.release, &cmd, || {
-                retried.store(true, Ordering::Relaxed);
-                on_retry()
-            })
+            .run_with_retries(
+                keys,
+                &self.scripts.release,
+                &cmd,
+                || Some(release_cmd("1")),
+                || {
+                    retried.store(true, Ordering::Relaxed);
+                    on_retry()
+                },
+            )
             .await?;
         match reply {
             // A retry of a release that took the last count: the first
@@ -551,7 +564,7 @@ impl Core {
             ),
         );
         let reply = self
-            .run_with_retries(keys, &self.scripts.handoff, &cmd, || {})
+            .run_with_retries(keys, &self.scripts.handoff, &cmd, || None, || {})
             .await?;
         let pair = match &reply {
             Value::Array(items) => match items.as_slice() {
@@ -575,18 +588,25 @@ impl Core {
 
     /// Runs a release-type script, retrying transient failures with the
     /// same request (its latch makes a retry after a lost reply harmless).
+    /// `retry_cmd` is the request as sent again (`None`: `cmd` itself).
     async fn run_with_retries(
         &self,
         keys: &LockKeys,
         script: &Script,
         cmd: &Cmd,
+        retry_cmd: impl Fn() -> Option<Cmd>,
         on_retry: impl Fn(),
     ) -> Result<Value> {
         let deadline =
             tokio::time::Instant::now() + self.config.command_timeout * RELEASE_RETRY_WINDOW_FACTOR;
         let mut backoff = Duration::from_millis(10);
+        let mut retry: Option<Cmd> = None;
         loop {
-            match self.run_script(script, cmd).await {
+            let this = match &retry {
+                Some(again) => again,
+                None => cmd,
+            };
+            match self.run_script(script, this).await {
                 Ok(reply) => return Ok(reply),
                 Err(e) if e.is_transient() && tokio::time::Instant::now() + backoff < deadline => {
                     tracing::debug!(
@@ -596,6 +616,9 @@ impl Core {
                         "lock release failed; retrying"
                     );
                     on_retry();
+                    if retry.is_none() {
+                        retry = retry_cmd();
+                    }
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_millis(500));
                 }

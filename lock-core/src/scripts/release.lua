@@ -4,7 +4,9 @@
 -- ARGV[1] owner id, ARGV[2] lease in ms (at least this long while holds remain),
 -- ARGV[3] unlock message, ARGV[4] latch lifetime in ms, ARGV[5] the releasing
 -- client's id, ARGV[6] how long in ms the next client's turn is kept for it,
--- ARGV[7] '1' to release every count of the hold at once (client shutdown)
+-- ARGV[7] '1' to release every count of the hold at once (client shutdown),
+-- ARGV[8] '1' when this request was sent before (a retry): only then can its
+-- latch exist, so a first send skips reading it
 -- When the lock is freed and other clients wait, the turn goes to the one
 -- that has waited longest (not the releasing client): for ARGV[6] ms only it
 -- may take the lock, and it leaves the waiting set (if it does not come,
@@ -16,14 +18,18 @@
 -- only, so a retry finds it gone and answers nil, which the client reads as
 -- "freed by the first attempt". When PUBLISH is refused (ACL), the lock is
 -- freed all the same and the error text comes back as a string.
-local first = redis.call('get', KEYS[3])
-if first then
-  return tonumber(first)
+if ARGV[8] ~= '0' then
+  local first = redis.call('get', KEYS[3])
+  if first then
+    return tonumber(first)
+  end
 end
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then
+local count = redis.call('hget', KEYS[1], ARGV[1])
+if not count then
   return nil
 end
-if ARGV[7] ~= '1' and redis.call('hincrby', KEYS[1], ARGV[1], -1) > 0 then
+if ARGV[7] ~= '1' and tonumber(count) > 1 then
+  redis.call('hincrby', KEYS[1], ARGV[1], -1)
   local result = 0
   -- the remaining holds keep at least their lease; never shorten it
   if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
