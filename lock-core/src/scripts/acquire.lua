@@ -34,7 +34,10 @@ local function wait_in_line()
   end
 end
 local mode = ARGV[3]
-if redis.call('exists', KEYS[3]) == 1 then
+-- One call in the usual case (a new hold of a free lock: no latch, no
+-- lock, no turn): the token and the hold follow at once.
+local fast = mode == 'new' and redis.call('exists', KEYS[3], KEYS[1], KEYS[5]) == 0
+if not fast and redis.call('exists', KEYS[3]) == 1 then
   return {-2, 0}
 end
 if mode == 're' then
@@ -49,8 +52,11 @@ if mode == 're' then
   redis.call('set', KEYS[3], '1', 'px', ARGV[5])
   return {2, 0}
 end
-if redis.call('exists', KEYS[1]) == 0 then
-  local turn = redis.call('get', KEYS[5])
+if fast or redis.call('exists', KEYS[1]) == 0 then
+  local turn = nil
+  if not fast then
+    turn = redis.call('get', KEYS[5])
+  end
   if turn then
     if turn ~= ARGV[6] then
       wait_in_line()
