@@ -23,11 +23,7 @@ struct Held {
 impl Held {
     fn stop_renewal(&self) {
         if self.lease.is_none() {
-            self.lock
-                .client
-                .inner
-                .watchdog
-                .unregister(&self.lock.keys.lock, &self.hold.owner);
+            self.lock.client.inner.watchdog.unregister(&self.hold);
         }
     }
 
@@ -140,10 +136,7 @@ impl LockGuard {
     /// starts renewing.
     pub(crate) fn new(lock: Lock, hold: Arc<Hold>, lease: Option<Duration>) -> Self {
         if lease.is_none() {
-            lock.client
-                .inner
-                .watchdog
-                .register(Arc::from(lock.keys.lock.as_str()), hold.clone());
+            lock.client.inner.watchdog.register(hold.clone());
         }
         LockGuard {
             held: Some(Held { lock, hold, lease }),

@@ -69,6 +69,11 @@ pub(crate) struct Hold {
     valid_until_us: AtomicU64,
     /// Cancelled once the hold is known lost (or its deadline was seen to pass).
     lost: CancellationToken,
+    /// Set (before `lost` is cancelled) once the hold is known lost: read
+    /// on every validity check, where the token's own check takes a lock.
+    lost_flag: AtomicBool,
+    /// Set (before `ended` is cancelled) once the hold ended.
+    ended_flag: AtomicBool,
     /// Cancelled once the hold ended normally (released to count zero, or
     /// handed on) or was lost: nobody holds the lock through it any more.
     ended: CancellationToken,
@@ -106,6 +111,8 @@ impl Hold {
             origin: sent_at,
             valid_until_us: AtomicU64::new(micros(validity(lease))),
             lost: CancellationToken::new(),
+            lost_flag: AtomicBool::new(false),
+            ended_flag: AtomicBool::new(false),
             ended: CancellationToken::new(),
             lost_logged: AtomicBool::new(false),
             gone: AtomicBool::new(false),
@@ -120,12 +127,12 @@ impl Hold {
 
     /// Whether the hold is valid now: not known lost, deadline not passed.
     pub(crate) fn is_valid(&self) -> bool {
-        !self.lost.is_cancelled() && Instant::now() < self.deadline()
+        !self.is_marked_lost() && Instant::now() < self.deadline()
     }
 
     /// Time left before the deadline (zero once invalid).
     pub(crate) fn remaining(&self) -> Duration {
-        if self.lost.is_cancelled() {
+        if self.is_marked_lost() {
             return Duration::ZERO;
         }
         self.deadline().saturating_duration_since(Instant::now())
@@ -141,7 +148,7 @@ impl Hold {
         let new_us = micros(new_end.saturating_duration_since(self.origin));
         let mut current = self.valid_until_us.load(Ordering::Acquire);
         loop {
-            if self.lost.is_cancelled()
+            if self.is_marked_lost()
                 || Instant::now() >= self.origin + Duration::from_micros(current)
             {
                 return false;
@@ -175,7 +182,13 @@ impl Hold {
             crate::metrics::lost();
         }
         self.gauge.uncount();
+        self.lost_flag.store(true, Ordering::Release);
         self.lost.cancel();
+    }
+
+    /// The hold was marked lost (or given up): one atomic load.
+    fn is_marked_lost(&self) -> bool {
+        self.lost_flag.load(Ordering::Acquire)
     }
 
     /// Redis confirmed the hold is gone: marks it lost, and tells its guards
@@ -189,12 +202,13 @@ impl Hold {
     /// or it is gone. Wakes every `ended()` future.
     pub(crate) fn end(&self) {
         self.gauge.uncount();
+        self.ended_flag.store(true, Ordering::Release);
         self.ended.cancel();
     }
 
     /// Whether the hold ended (see [`end`](Self::end)).
     pub(crate) fn has_ended(&self) -> bool {
-        self.ended.is_cancelled()
+        self.ended_flag.load(Ordering::Acquire)
     }
 
     /// Resolves when the hold is lost or has ended, whichever comes first.
@@ -212,6 +226,8 @@ impl Hold {
         self.gone.store(true, Ordering::Release);
         self.lost_logged.store(true, Ordering::Release);
         self.gauge.uncount();
+        self.lost_flag.store(true, Ordering::Release);
+        self.ended_flag.store(true, Ordering::Release);
         self.lost.cancel();
         self.ended.cancel();
     }

@@ -32,8 +32,13 @@ use crate::metrics::RenewalFailure;
 /// Renewals per script call (one round trip).
 const BATCH: usize = 512;
 
-/// Identifies a hold: (lock key, the hold's owner id).
-type EntryKey = (Arc<str>, Arc<str>);
+/// Identifies a hold: the address of its `Hold` (unique while the entry,
+/// which keeps the `Arc`, exists): no string hashing per renewal.
+type EntryKey = usize;
+
+fn entry_key(hold: &Arc<Hold>) -> EntryKey {
+    Arc::as_ptr(hold) as usize
+}
 
 #[derive(Debug)]
 struct Entry {
@@ -77,10 +82,10 @@ impl Watchdog {
         }
     }
 
-    /// Starts renewing `hold` of the lock `key` for one more guard.
-    pub(crate) fn register(&self, key: Arc<str>, hold: Arc<Hold>) {
+    /// Starts renewing `hold` for one more guard.
+    pub(crate) fn register(&self, hold: Arc<Hold>) {
         let mut s = locked(&self.schedule);
-        let entry_key = (key, hold.owner.clone());
+        let entry_key = entry_key(&hold);
         if let Some(entry) = s.entries.get_mut(&entry_key) {
             entry.guards += 1;
             return;
@@ -91,7 +96,7 @@ impl Watchdog {
         // Renewed a period from now, or sooner when the hold has less than
         // two periods of validity left (picked up late, a slow round trip).
         let due = Instant::now() + self.period.min(hold.remaining() / 2);
-        s.queue.push(Reverse((due, generation, entry_key.clone())));
+        s.queue.push(Reverse((due, generation, entry_key)));
         s.entries.insert(
             entry_key,
             Entry {
@@ -106,11 +111,11 @@ impl Watchdog {
         }
     }
 
-    /// One guard of the hold `owner` stops renewing; the entry goes with
-    /// its last guard.
-    pub(crate) fn unregister(&self, key: &str, owner: &Arc<str>) {
+    /// One guard of `hold` stops renewing; the entry goes with its last
+    /// guard.
+    pub(crate) fn unregister(&self, hold: &Arc<Hold>) {
         let mut s = locked(&self.schedule);
-        let entry_key: EntryKey = (Arc::from(key), owner.clone());
+        let entry_key = entry_key(hold);
         if let Some(entry) = s.entries.get_mut(&entry_key) {
             entry.guards = entry.guards.saturating_sub(1);
             if entry.guards == 0 {
@@ -225,9 +230,9 @@ async fn run(
         {
             // One event per failed batch; with a single hold, its lock.
             match chunk {
-                [((key, _), _, hold)] => tracing::warn!(
+                [(_, _, hold)] => tracing::warn!(
                     lock = %hold.keys.name,
-                    key = %key,
+                    key = %hold.keys.lock,
                     error = %err,
                     "lock renewal failed; retrying before the lock's deadline"
                 ),
@@ -282,7 +287,7 @@ async fn run(
                     }
                 };
                 match next_due {
-                    Ok(at) => s.queue.push(Reverse((at, *generation, key.clone()))),
+                    Ok(at) => s.queue.push(Reverse((at, *generation, *key))),
                     Err(why) => {
                         mark_lost(s, key, why, outcome == Some(false));
                         lost += 1;
@@ -324,8 +329,11 @@ async fn renew_batch(
     lease_ms: u64,
 ) -> Result<Vec<Option<bool>>, Error> {
     let script = &core.scripts.renew;
-    let keys: Vec<&str> = chunk.iter().map(|((key, _), _, _)| &**key).collect();
-    let owners: Vec<&str> = chunk.iter().map(|((_, owner), _, _)| &**owner).collect();
+    let keys: Vec<&str> = chunk
+        .iter()
+        .map(|(_, _, hold)| hold.keys.lock.as_str())
+        .collect();
+    let owners: Vec<&str> = chunk.iter().map(|(_, _, hold)| &*hold.owner).collect();
     let cmd = script.evalsha(&keys, (lease_ms, owners));
     let mut conn = core.pool.checkout().await.map_err(Error::from)?;
     let reply = script.run(&mut conn, &cmd).await?;
