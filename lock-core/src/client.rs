@@ -258,18 +258,13 @@ impl Core {
                         );
                         self.queues.withdraw(&keys.lock, &next);
                         self.queues.ended(&keys.lock, &owner);
-                        let request = keys.latch(&next_owner);
-                        let undone = self
-                            .cancel(keys, &next_owner, CancelMode::New, &request, next_lease_ms)
-                            .await;
-                        if let Err(e) = undone {
-                            tracing::warn!(
-                                lock = %keys.name,
-                                key = %keys.lock,
-                                error = %e,
-                                "freeing a late lock hand-off failed; the lock expires with its lease"
-                            );
-                        }
+                        self.cancel_hand_off(
+                            keys,
+                            &next_owner,
+                            next_lease_ms,
+                            "freeing a late lock hand-off failed; the lock expires with its lease",
+                        )
+                        .await;
                         return first.unwrap_or(Ok(Released::Freed));
                     };
                     crate::metrics::handed_off();
@@ -308,23 +303,8 @@ impl Core {
                     // Applied or not, nobody knows: cancel the hand-off to
                     // the new owner id (undone if applied; a late copy frees
                     // the lock instead, see handoff.lua).
-                    let cancel = self
-                        .cancel(
-                            keys,
-                            &next_owner,
-                            CancelMode::New,
-                            &keys.latch(&next_owner),
-                            next_lease_ms,
-                        )
+                    self.cancel_hand_off(keys, &next_owner, next_lease_ms, "cancelling a lock hand-off with an unknown outcome failed; it expires with its lease")
                         .await;
-                    if let Err(undo) = cancel {
-                        tracing::warn!(
-                            lock = %keys.name,
-                            key = %keys.lock,
-                            error = %undo,
-                            "cancelling a lock hand-off with an unknown outcome failed; it expires with its lease"
-                        );
-                    }
                     self.queues.withdraw(&keys.lock, &next);
                     self.queues.ended(&keys.lock, &owner);
                     return first.unwrap_or(Err(e));
@@ -340,6 +320,25 @@ impl Core {
         let outcome = self.release(keys, owner, lease_ms, true, || {}).await;
         self.queues.ended(&keys.lock, owner);
         outcome.map(|o| o != ReleaseOutcome::NotHeld)
+    }
+
+    /// Cancels the hand-off to `next_owner` (undone if applied; a late copy
+    /// frees the lock instead, see handoff.lua); a failure is logged with
+    /// `failed`.
+    async fn cancel_hand_off(
+        &self,
+        keys: &LockKeys,
+        next_owner: &str,
+        next_lease_ms: u64,
+        failed: &'static str,
+    ) {
+        let latch = keys.latch(next_owner);
+        let undone = self
+            .cancel(keys, next_owner, CancelMode::New, &latch, next_lease_ms)
+            .await;
+        if let Err(e) = undone {
+            tracing::warn!(lock = %keys.name, key = %keys.lock, error = %e, "{failed}");
+        }
     }
 
     /// Cancels an acquisition whose outcome is unknown (see `cancel.lua`):
