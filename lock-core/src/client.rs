@@ -84,7 +84,7 @@ impl Core {
         }
     }
 
-    /// Runs one script invocation on a pooled connection, bounded by the
+    /// Runs one script invocation on a shared connection, bounded by the
     /// command timeout (pool wait included).
     pub(crate) async fn run_script(&self, script: &Script, cmd: &Cmd) -> Result<Value> {
         let fut = async {
@@ -94,7 +94,7 @@ impl Core {
         self.bounded(fut).await
     }
 
-    /// Runs one plain command (reads, PING) on a pooled connection; a
+    /// Runs one plain command (reads, PING) on a shared connection; a
     /// connection the server had closed is replaced and the command sent
     /// once more.
     pub(crate) async fn run_cmd(&self, cmd: &Cmd) -> Result<Value> {
@@ -809,7 +809,7 @@ impl LockClient {
         }
         let manager = Manager::new(&config)?;
         let pubsub_client = manager.client().clone();
-        let pool = build_pool(manager, config.pool_size, config.connect_timeout);
+        let pool = build_pool(manager, config.pool_size);
         let stop_tasks = CancellationToken::new();
         let core = Arc::new(Core {
             client_id: Arc::from(uuid::Uuid::new_v4().to_string()),

@@ -11,9 +11,9 @@ use crate::tls::{PemSource, TlsConfig};
 /// Default watchdog timeout (the lease of a lock taken without an explicit
 /// lease), as Redisson's `lockWatchdogTimeout`.
 pub const DEFAULT_WATCHDOG_TIMEOUT: Duration = Duration::from_secs(30);
-/// Default number of pooled Redis connections.
-pub const DEFAULT_POOL_SIZE: u32 = 16;
-/// Default bound on connecting (and on waiting for a pooled connection).
+/// Default number of shared (multiplexed) Redis connections.
+pub const DEFAULT_POOL_SIZE: u32 = 1;
+/// Default bound on connecting.
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// Default bound on one Redis command's reply.
 pub const DEFAULT_COMMAND_TIMEOUT: Duration = Duration::from_secs(5);
@@ -40,7 +40,7 @@ pub(crate) type ErrorHook = Arc<dyn Fn(&Error) + Send + Sync>;
 ///
 /// let config = ClientConfig::new("redis://127.0.0.1:6379");
 /// assert_eq!(config.watchdog_timeout, Duration::from_secs(30));
-/// assert_eq!(config.pool_size, 16);
+/// assert_eq!(config.pool_size, 1);
 /// assert_eq!(config.key_prefix, "");
 /// ```
 ///
@@ -52,14 +52,18 @@ pub struct ClientConfig {
     /// Redis URL: `redis://[user[:password]@]host[:port][/db]`, or `rediss://`
     /// for TLS (needs the `tls` feature; see [`tls`](Self::tls)).
     pub url: String,
-    /// Maximum number of pooled connections. Default 16.
+    /// How many connections the client's commands share. Each is a
+    /// multiplexed connection: it carries the commands of many tasks at
+    /// once, and Redis answers them in batches. Default 1, the fastest shape
+    /// in lock-bench (BENCHMARKS.md); the client's pub/sub connection comes
+    /// on top.
     pub pool_size: u32,
     /// Lease of locks taken without an explicit lease; the watchdog renews
     /// them every third of it. Default 30 s.
     pub watchdog_timeout: Duration,
     /// Prepended to every lock name to form the Redis key. Default empty.
     pub key_prefix: String,
-    /// Bound on opening a connection and on waiting for a pooled one. Default 5 s.
+    /// Bound on opening a connection. Default 5 s.
     pub connect_timeout: Duration,
     /// Bound on one command's reply. Default 5 s.
     pub command_timeout: Duration,
@@ -158,7 +162,9 @@ impl ClientConfig {
                 return Err(Error::InvalidArgument(crate::tls::INSECURE_REFUSED.into()));
             }
         }
-        Ok(info)
+        // Commands are small and latency-bound: Nagle's algorithm would hold
+        // each one back until the previous segment is acknowledged.
+        Ok(info.set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true)))
     }
 }
 
@@ -296,7 +302,8 @@ impl ClientBuilder {
         }
     }
 
-    /// Maximum number of pooled connections (default 16).
+    /// How many multiplexed connections the client's commands share
+    /// (default 1; see [`ClientConfig::pool_size`]).
     ///
     /// ```
     /// let b = lock_core::ClientBuilder::new("redis://h").pool_size(4);
@@ -331,7 +338,7 @@ impl ClientBuilder {
         self
     }
 
-    /// Bound on opening a connection and on waiting for a pooled one (default 5 s).
+    /// Bound on opening a connection (default 5 s).
     ///
     /// ```
     /// let b = lock_core::ClientBuilder::new("redis://h")

@@ -10,6 +10,7 @@ use crate::error::{Error, Result};
 use crate::held::HeldLock;
 use crate::hold::Hold;
 use crate::lock::{lease_ms, Lock};
+use crate::run_to_end::RunToEnd;
 
 #[derive(Debug)]
 struct Held {
@@ -62,18 +63,22 @@ impl Held {
         let core = self.lock.client.inner.core.clone();
         let keys = self.lock.keys.clone();
         let owner = self.hold.owner.clone();
-        // Tracked with the client's background work: a shutdown waits for it.
+        // Tracked with the client's background work (a shutdown waits for
+        // it), and finished there if this future is dropped.
         let (tracker, runtime) = (core.background.clone(), core.runtime.clone());
-        let task = tracker.spawn_on(
-            async move { core.release_hold(&keys, &owner, lease_ms).await }.instrument(span),
+        let call = RunToEnd::new(
+            tracker.track_future(
+                async move { core.release_hold(&keys, &owner, lease_ms).await }.instrument(span),
+            ),
+            &tracker,
             &runtime,
         );
-        match task.await {
-            Ok(Ok(Released::NotHeld)) => {
+        match call.await {
+            Ok(Released::NotHeld) => {
                 self.hold.mark_gone("not held at release");
                 Err(Error::Lost { name })
             }
-            Ok(Ok(released)) => {
+            Ok(released) => {
                 released.log();
                 if valid_at_release {
                     Ok(())
@@ -81,11 +86,10 @@ impl Held {
                     Err(Error::Lost { name })
                 }
             }
-            Ok(Err(e)) => {
+            Err(e) => {
                 tracing::debug!(error = %e, "lock release failed; the lock expires with its lease");
                 Err(e)
             }
-            Err(e) => Err(Error::Cancelled(format!("release task ended: {e}"))),
         }
     }
 
@@ -305,8 +309,8 @@ impl LockGuard {
     /// critical section was not exclusive to the end); a Redis error when
     /// Redis could not be reached (then the lock expires with its lease).
     ///
-    /// Cancel-safe: the release runs in its own task and completes even if
-    /// this future is dropped.
+    /// Cancel-safe: the release completes even if this future is dropped
+    /// (the rest of it then runs as the client's background work).
     ///
     /// ```no_run
     /// # async fn demo(lock: lock_core::Lock) -> lock_core::Result<()> {

@@ -144,7 +144,7 @@ fn glob_escape(s: &str) -> String {
     out
 }
 
-/// Runs a pipeline on a pooled connection within the client's time-outs.
+/// Runs a pipeline on a shared connection within the client's time-outs.
 async fn run_pipeline(core: &Core, pipe: &Pipeline) -> Result<Vec<Value>> {
     let limit = core.config.connect_timeout + core.config.command_timeout;
     let fut = async {

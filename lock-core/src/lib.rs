@@ -346,6 +346,7 @@ mod lock;
 mod metrics;
 mod pubsub;
 mod queue;
+mod run_to_end;
 mod scripts;
 mod shutdown;
 mod tls;

@@ -17,6 +17,7 @@ use crate::keys::{LockKeys, UNLOCK_MESSAGE};
 use crate::metrics::{self, AcquireOutcome};
 use crate::pubsub::{Status, Subscription};
 use crate::queue::{Holding, Turn, Waiter};
+use crate::run_to_end::RunToEnd;
 
 /// How long an acquisition may wait.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -725,10 +726,10 @@ impl Lock {
         now < began + core.config.connect_timeout && deadline.is_none_or(|d| now < d)
     }
 
-    /// Runs the acquire script once for a new hold. The call runs in its
-    /// own task, so a grant that arrives after the caller gave up is dropped
-    /// there, and dropping a guard releases it: nothing stays locked until
-    /// expiry.
+    /// Runs the acquire script once for a new hold. The call runs to its
+    /// end even when the caller stops waiting (see `run_to_end.rs`): a
+    /// grant that arrives after the caller gave up is dropped there, and
+    /// dropping a guard releases it, so nothing stays locked until expiry.
     async fn attempt(
         &self,
         call: &Call,
@@ -737,11 +738,12 @@ impl Lock {
         waiter_id: Option<u64>,
     ) -> Result<Attempt> {
         let lock = self.clone();
-        // Counted as running until the task ends, even when the caller
+        let core = &self.client.inner.core;
+        // Counted as running until the call ends, even when the caller
         // stopped waiting for it (shutdown waits for it, then gives back
         // what it was granted).
-        let running = Running::new(&self.client.inner.core);
-        let task = tokio::spawn(
+        let running = Running::new(core);
+        RunToEnd::new(
             async move {
                 let _running = running;
                 match lock.attempt_now(context, lease, waiter_id, true).await {
@@ -755,13 +757,13 @@ impl Lock {
                     other => other,
                 }
             }
-            // Its events belong to the acquisition's span.
+            // Its events belong to the acquisition's span, also when it
+            // finishes in the background.
             .instrument(call.span.clone()),
-        );
-        match task.await {
-            Ok(result) => result,
-            Err(e) => Err(Error::Cancelled(format!("acquire task ended: {e}"))),
-        }
+            &core.background,
+            &core.runtime,
+        )
+        .await
     }
 
     /// `first_try`: a closed connection is then cancelled before returning,
@@ -883,7 +885,7 @@ impl Lock {
         )
     }
 
-    /// Re-enters `hold` (one more count) in its own task.
+    /// Re-enters `hold` (one more count); runs to its end like [`Lock::attempt`].
     async fn reenter(
         &self,
         call: &Call,
@@ -895,13 +897,13 @@ impl Lock {
         }
         let lock = self.clone();
         let hold = hold.clone();
-        let task = tokio::spawn(
+        let core = &self.client.inner.core;
+        RunToEnd::new(
             async move { lock.reenter_now(hold, lease).await }.instrument(call.span.clone()),
-        );
-        match task.await {
-            Ok(result) => result,
-            Err(e) => Err(Error::Cancelled(format!("re-entry task ended: {e}"))),
-        }
+            &core.background,
+            &core.runtime,
+        )
+        .await
     }
 
     async fn reenter_now(&self, hold: Arc<Hold>, lease: Option<Duration>) -> Result<Reentry> {
@@ -1083,26 +1085,28 @@ impl Lock {
             lock = %self.keys.name,
             key = %self.keys.lock
         );
-        // In its own task: a release must run to the end once started
-        // (tracked with the background work: a shutdown waits for it).
+        // Runs to the end once started, finished in the background if this
+        // future is dropped (tracked with the background work: a shutdown
+        // waits for it).
         let runtime = core.runtime.clone();
         let tracker = core.background.clone();
-        let task = tracker.spawn_on(
-            async move {
-                let released = core.release_hold(&keys, &owner, lease_ms).await;
-                if let Ok(released) = released {
-                    released.log();
+        let call = RunToEnd::new(
+            tracker.track_future(
+                async move {
+                    let released = core.release_hold(&keys, &owner, lease_ms).await;
+                    if let Ok(released) = released {
+                        released.log();
+                    }
+                    released
                 }
-                released
-            }
-            .instrument(span),
+                .instrument(span),
+            ),
+            &tracker,
             &runtime,
         );
-        match task.await {
-            Ok(Ok(Released::NotHeld)) => Err(not_held()),
-            Ok(Ok(_)) => Ok(()),
-            Ok(Err(e)) => Err(e),
-            Err(e) => Err(Error::Cancelled(format!("release task ended: {e}"))),
+        match call.await? {
+            Released::NotHeld => Err(not_held()),
+            _ => Ok(()),
         }
     }
 }

@@ -91,6 +91,9 @@ impl LockClient {
         let mut report = ShutdownReport::default();
         // No more renewals: a hold whose release fails expires with its lease.
         self.inner.stop_tasks.cancel();
+        // The releases go out on a new connection: on the shared one they
+        // could queue behind a slow reply (Redis answers in order).
+        core.pool.retire();
         // The holds of now, then (after the acquisitions in flight ended,
         // for at most half the time) those granted meanwhile.
         let mut finished = release_holds(&core, deadline, &mut report).await;

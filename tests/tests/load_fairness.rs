@@ -92,7 +92,7 @@ async fn five_hundred_waiters_on_one_key_meet_their_deadlines_on_a_bounded_set_o
         .build()
         .unwrap_or_else(|e| panic!("client: {e}"));
     let pool_size = u64::from(client.config().pool_size);
-    assert_eq!(pool_size, 16, "the default pool size");
+    assert_eq!(pool_size, 1, "the default: one shared connection");
     let lock = client.lock(name).expect("name");
 
     // A foreign holder (Redisson's layout, by hand) keeps the lock while the

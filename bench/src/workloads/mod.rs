@@ -56,7 +56,7 @@ impl Ctx {
     }
 }
 
-/// A lock-core client with default settings (pool of 16, as users get it)
+/// A lock-core client with default settings (one shared connection, as users get it)
 /// except the run's key prefix and, for WD, the watchdog timeout.
 pub(crate) async fn lock_client(
     url: &str,
