@@ -177,7 +177,10 @@ fn run(opts: Options) -> BenchResult<ExitCode> {
                 ),
                 ("L-serial", "W2".into(), rt.block_on(refs::l_serial(&ctx))),
             ],
-            Workload::W1 => vec![("lock-core", "W1".into(), rt.block_on(w1::run(&ctx)))],
+            Workload::W1 => [w1::Lease::Watchdog, w1::Lease::Fixed]
+                .into_iter()
+                .map(|lease| (lease.lib(), "W1".into(), rt.block_on(w1::run(&ctx, lease))))
+                .collect(),
             Workload::W2 => vec![("lock-core", "W2".into(), rt.block_on(w2::run(&ctx)))],
             Workload::W3 => vec![("lock-core", "W3".into(), w3::run(&ctx, &rt, w3::W3))],
             Workload::W3np => vec![("lock-core", "W3NP".into(), w3::run(&ctx, &rt, w3::W3NP))],

@@ -315,7 +315,16 @@ fn w1_summary(all: &[Measurement], line: &mut impl FnMut(String)) {
         }
         (None, None) => {}
     }
-    let cpu: Vec<String> = ["lock-core", L_MIN_MUX, L_MIN_POOL]
+    if let Some(fixed) = find(all, "lock-core-fixed", "W1").and_then(|m| m.cycles_per_s) {
+        let vs = match faster {
+            Some((best, r)) => format!("  ratio {:.3} to {best}", fixed / r),
+            None => String::new(),
+        };
+        line(format!(
+            "    lock-core with a fixed 10 s lease {fixed:>9.0} cycles/s{vs}"
+        ));
+    }
+    let cpu: Vec<String> = ["lock-core", "lock-core-fixed", L_MIN_MUX, L_MIN_POOL]
         .into_iter()
         .filter_map(|lib| {
             let us = find(all, lib, "W1")?.client_cpu_us_per_cycle?;

@@ -30,6 +30,15 @@ impl Script {
         cmd
     }
 
+    /// The start of an `EVALSHA` command for `numkeys` keys, sized for
+    /// `args` more arguments of `bytes` bytes in all: the caller appends
+    /// the keys and arguments (no intermediate collections).
+    pub(crate) fn evalsha_prefix(&self, numkeys: usize, args: usize, bytes: usize) -> Cmd {
+        let mut cmd = Cmd::with_capacity(args + 3, bytes + self.sha.len() + 32);
+        cmd.arg("EVALSHA").arg(&self.sha).arg(numkeys);
+        cmd
+    }
+
     /// `SCRIPT LOAD` for this script.
     pub(crate) fn load_cmd(&self) -> Cmd {
         let mut cmd = redis::cmd("SCRIPT");

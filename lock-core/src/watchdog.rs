@@ -2,9 +2,17 @@
 //!
 //! All such locks share one lease (the client's watchdog timeout) and one
 //! renewal period (a third of it), so the schedule is a FIFO queue ordered by
-//! due time. When the front is due, the watchdog takes every entry due
-//! within the next tenth of a period and renews them in pipelined batches,
-//! one script call per batch, all batches at once.
+//! due time (`cadence`); the few entries that must come earlier (a retry
+//! after a failed renewal, a hold registered with little validity left) wait
+//! in a small heap beside it (`early`). When the first of them is due, the
+//! watchdog takes every entry due within the next tenth of a period and
+//! renews them in pipelined batches, one script call per batch, all batches
+//! at once.
+//!
+//! Entries live in a slab: a renewal finds its entry by index (no hashing);
+//! a generation per slot tells a queued due time from one of an entry that
+//! has gone meanwhile. The hold's address maps to its slot for `register`
+//! and `unregister` only.
 //!
 //! Entries are holds (see `hold`): a confirmed renewal pushes the hold's
 //! deadline to the renewal's send time plus the lease (minus the drift
@@ -15,7 +23,7 @@
 //! Several guards of one hold (re-entry) share one entry.
 
 use std::cmp::Reverse;
-use std::collections::{BinaryHeap, HashMap};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -33,27 +41,140 @@ use crate::metrics::RenewalFailure;
 const BATCH: usize = 512;
 
 /// Identifies a hold: the address of its `Hold` (unique while the entry,
-/// which keeps the `Arc`, exists): no string hashing per renewal.
-type EntryKey = usize;
+/// which keeps the `Arc`, exists).
+type HoldAddr = usize;
 
-fn entry_key(hold: &Arc<Hold>) -> EntryKey {
+fn hold_addr(hold: &Arc<Hold>) -> HoldAddr {
     Arc::as_ptr(hold) as usize
 }
 
 #[derive(Debug)]
 struct Entry {
-    generation: u64,
     /// Watchdog-leased guards of this hold.
     guards: usize,
     hold: Arc<Hold>,
 }
 
 #[derive(Debug, Default)]
+struct Slot {
+    /// Changes every time the slot gets a new entry.
+    generation: u64,
+    entry: Option<Entry>,
+}
+
+/// When the entry in `slot` (of `generation`) is due.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Due {
+    at: Instant,
+    slot: u32,
+    generation: u64,
+}
+
+#[derive(Debug, Default)]
 struct Schedule {
-    entries: HashMap<EntryKey, Entry>,
-    /// Min-heap of (due, generation, key); stale items are skipped when popped.
-    queue: BinaryHeap<Reverse<(Instant, u64, EntryKey)>>,
-    next_generation: u64,
+    slots: Vec<Slot>,
+    free: Vec<u32>,
+    by_hold: HashMap<HoldAddr, u32>,
+    /// Due times in order: every renewal and most registrations are a
+    /// period from now, so they arrive in order (see [`Schedule::push`]).
+    cadence: VecDeque<Due>,
+    /// Due times earlier than the back of `cadence`: retries, holds with
+    /// little validity left.
+    early: BinaryHeap<Reverse<Due>>,
+}
+
+/// The entry of `slot` if it is still the one `generation` was for.
+fn live_in(slots: &[Slot], slot: u32, generation: u64) -> Option<&Entry> {
+    let s = slots.get(slot as usize)?;
+    if s.generation == generation {
+        s.entry.as_ref()
+    } else {
+        None
+    }
+}
+
+impl Schedule {
+    /// The hold in `slot` if it is still the entry `generation` was for.
+    fn live(&self, slot: u32, generation: u64) -> Option<&Entry> {
+        live_in(&self.slots, slot, generation)
+    }
+
+    /// Drops the due times of entries that have gone, once they outnumber
+    /// the live ones (guards released within a period leave theirs behind
+    /// until they come up): memory stays proportional to the held locks.
+    fn compact_if_stale(&mut self) {
+        if self.cadence.len() + self.early.len() <= 2 * self.by_hold.len() + 1024 {
+            return;
+        }
+        let slots = &self.slots;
+        self.cadence
+            .retain(|d| live_in(slots, d.slot, d.generation).is_some());
+        self.early
+            .retain(|Reverse(d)| live_in(slots, d.slot, d.generation).is_some());
+    }
+
+    /// Queues `due`; `exact`: it must not come later than asked (a retry,
+    /// a short validity), else it may follow the cadence's last due time
+    /// (at most one pass later: renewals of one pass share their send time).
+    fn push(&mut self, due: Due, exact: bool) {
+        match self.cadence.back() {
+            Some(last) if last.at > due.at => {
+                if exact {
+                    self.early.push(Reverse(due));
+                } else {
+                    let at = last.at;
+                    self.cadence.push_back(Due { at, ..due });
+                }
+            }
+            _ => self.cadence.push_back(due),
+        }
+    }
+
+    /// The first due time of a live entry; stale ones are dropped.
+    fn next_due(&mut self) -> Option<Instant> {
+        while let Some(d) = self.cadence.front() {
+            if self.live(d.slot, d.generation).is_some() {
+                break;
+            }
+            self.cadence.pop_front();
+        }
+        while let Some(Reverse(d)) = self.early.peek() {
+            if self.live(d.slot, d.generation).is_some() {
+                break;
+            }
+            self.early.pop();
+        }
+        match (self.cadence.front(), self.early.peek()) {
+            (Some(a), Some(Reverse(b))) => Some(a.at.min(b.at)),
+            (Some(a), None) => Some(a.at),
+            (None, Some(Reverse(b))) => Some(b.at),
+            (None, None) => None,
+        }
+    }
+
+    /// Pops the next due time not later than `horizon`.
+    fn pop_due(&mut self, horizon: Instant) -> Option<Due> {
+        let from_cadence = self.cadence.front().filter(|d| d.at <= horizon).copied();
+        let from_early = self.early.peek().map(|r| r.0).filter(|d| d.at <= horizon);
+        match (from_cadence, from_early) {
+            (Some(a), Some(b)) if b.at < a.at => self.early.pop().map(|r| r.0),
+            (Some(_), _) => self.cadence.pop_front(),
+            (None, Some(_)) => self.early.pop().map(|r| r.0),
+            (None, None) => None,
+        }
+    }
+
+    /// Removes the entry in `slot` (of `generation`) and frees the slot.
+    fn remove(&mut self, slot: u32, generation: u64) -> Option<Entry> {
+        let s = self.slots.get_mut(slot as usize)?;
+        if s.generation != generation {
+            return None;
+        }
+        let entry = s.entry.take()?;
+        self.by_hold.remove(&hold_addr(&entry.hold));
+        self.free.push(slot);
+        Some(entry)
+    }
 }
 
 /// Handle to the client's watchdog task.
@@ -85,26 +206,44 @@ impl Watchdog {
     /// Starts renewing `hold` for one more guard.
     pub(crate) fn register(&self, hold: Arc<Hold>) {
         let mut s = locked(&self.schedule);
-        let entry_key = entry_key(&hold);
-        if let Some(entry) = s.entries.get_mut(&entry_key) {
-            entry.guards += 1;
-            return;
+        let addr = hold_addr(&hold);
+        if let Some(&slot) = s.by_hold.get(&addr) {
+            if let Some(entry) = s
+                .slots
+                .get_mut(slot as usize)
+                .and_then(|s| s.entry.as_mut())
+            {
+                entry.guards += 1;
+                return;
+            }
         }
-        s.next_generation += 1;
-        let generation = s.next_generation;
-        let was_empty = s.entries.is_empty();
+        let was_empty = s.by_hold.is_empty();
         // Renewed a period from now, or sooner when the hold has less than
         // two periods of validity left (picked up late, a slow round trip).
-        let due = Instant::now() + self.period.min(hold.remaining() / 2);
-        s.queue.push(Reverse((due, generation, entry_key)));
-        s.entries.insert(
-            entry_key,
-            Entry {
-                generation,
-                guards: 1,
-                hold,
-            },
-        );
+        let wait = self.period.min(hold.remaining() / 2);
+        let slot = match s.free.pop() {
+            Some(slot) => slot,
+            None => {
+                s.slots.push(Slot::default());
+                // More than 4 billion held locks cannot be: each has a
+                // guard in memory.
+                u32::try_from(s.slots.len() - 1).unwrap_or(u32::MAX)
+            }
+        };
+        let Some(place) = s.slots.get_mut(slot as usize) else {
+            return;
+        };
+        place.generation += 1;
+        place.entry = Some(Entry { guards: 1, hold });
+        let generation = place.generation;
+        s.by_hold.insert(addr, slot);
+        let due = Due {
+            at: Instant::now() + wait,
+            slot,
+            generation,
+        };
+        s.push(due, wait < self.period);
+        s.compact_if_stale();
         drop(s);
         if was_empty {
             self.wake.notify_one();
@@ -115,20 +254,29 @@ impl Watchdog {
     /// guard.
     pub(crate) fn unregister(&self, hold: &Arc<Hold>) {
         let mut s = locked(&self.schedule);
-        let entry_key = entry_key(hold);
-        if let Some(entry) = s.entries.get_mut(&entry_key) {
+        let Some(&slot) = s.by_hold.get(&hold_addr(hold)) else {
+            return;
+        };
+        let Some(place) = s.slots.get_mut(slot as usize) else {
+            return;
+        };
+        let generation = place.generation;
+        if let Some(entry) = place.entry.as_mut() {
             entry.guards = entry.guards.saturating_sub(1);
             if entry.guards == 0 {
-                s.entries.remove(&entry_key);
+                s.remove(slot, generation);
             }
         }
     }
 
     /// Number of holds being renewed.
     pub(crate) fn len(&self) -> usize {
-        locked(&self.schedule).entries.len()
+        locked(&self.schedule).by_hold.len()
     }
 }
+
+/// One renewal of a pass: where its entry is, and its hold.
+type Renewal = (u32, u64, Arc<Hold>);
 
 async fn run(
     core: Arc<Core>,
@@ -139,27 +287,10 @@ async fn run(
 ) {
     let slack = period / 10;
     let retry_delay = (period / 4).max(Duration::from_millis(10));
+    // Kept across passes: no reallocation once grown.
+    let mut due: Vec<Renewal> = Vec::new();
     loop {
-        // Find the next due time, dropping stale queue items on the way.
-        let next_due = {
-            let mut guard = locked(&schedule);
-            let s = &mut *guard;
-            loop {
-                match s.queue.peek() {
-                    None => break None,
-                    Some(Reverse((due, generation, key))) => {
-                        let live = s
-                            .entries
-                            .get(key)
-                            .is_some_and(|e| e.generation == *generation);
-                        if live {
-                            break Some(*due);
-                        }
-                        s.queue.pop();
-                    }
-                }
-            }
-        };
+        let next_due = locked(&schedule).next_due();
         tokio::select! {
             _ = shutdown.cancelled() => return,
             _ = wake.notified(), if next_due.is_none() => continue,
@@ -170,30 +301,20 @@ async fn run(
         // deadline has passed are lost, not renewed.
         let now = Instant::now();
         let horizon = now + slack;
-        let mut due: Vec<(EntryKey, u64, Arc<Hold>)> = Vec::new();
+        due.clear();
         {
-            let mut guard = locked(&schedule);
-            let s = &mut *guard;
-            while let Some(Reverse((at, _, _))) = s.queue.peek() {
-                if *at > horizon {
-                    break;
-                }
-                let Some(Reverse((_, generation, key))) = s.queue.pop() else {
-                    break;
+            let mut s = locked(&schedule);
+            while let Some(d) = s.pop_due(horizon) {
+                let Some(entry) = s.live(d.slot, d.generation) else {
+                    continue;
                 };
-                let hold = match s.entries.get(&key) {
-                    Some(e) if e.generation == generation => e.hold.clone(),
-                    _ => continue,
-                };
-                if hold.is_valid() {
-                    due.push((key, generation, hold));
-                } else {
-                    mark_lost(
-                        s,
-                        &key,
-                        "its deadline passed before it could be renewed",
-                        false,
-                    );
+                if entry.hold.is_valid_at(now) {
+                    let hold = entry.hold.clone();
+                    due.push((d.slot, d.generation, hold));
+                } else if let Some(entry) = s.remove(d.slot, d.generation) {
+                    entry
+                        .hold
+                        .mark_lost("its deadline passed before it could be renewed");
                 }
             }
         }
@@ -210,7 +331,7 @@ async fn run(
         let batches = due.chunks(BATCH).map(|chunk| {
             let bound = chunk
                 .iter()
-                .map(|(_, _, hold)| hold.remaining())
+                .map(|(_, _, hold)| hold.remaining_at(started))
                 .min()
                 .unwrap_or(period)
                 .min(period)
@@ -245,21 +366,16 @@ async fn run(
             core.report(err);
         }
 
-        let mut guard = locked(&schedule);
-        let s = &mut *guard;
+        let mut s = locked(&schedule);
         let after = Instant::now();
         let mut lost = 0usize;
         for (chunk, result) in due.chunks(BATCH).zip(results) {
-            for (i, (key, generation, hold)) in chunk.iter().enumerate() {
+            for (i, (slot, generation, hold)) in chunk.iter().enumerate() {
                 let outcome = match &result {
                     Ok(values) => values.get(i).copied().flatten(),
                     Err(_) => None,
                 };
-                let live = s
-                    .entries
-                    .get(key)
-                    .is_some_and(|e| e.generation == *generation);
-                if !live {
+                if s.live(*slot, *generation).is_none() {
                     continue;
                 }
                 let next_due = match outcome {
@@ -268,7 +384,7 @@ async fn run(
                     // renewal cadence.
                     Some(true) if hold.extend(started, lease) => {
                         crate::metrics::renewed();
-                        Ok(started + period)
+                        Ok((started + period, false))
                     }
                     Some(true) => Err("its deadline passed while it was being renewed"),
                     Some(false) => {
@@ -280,40 +396,44 @@ async fn run(
                         match hold.remaining() {
                             left if left.is_zero() => Err("renewals failed until its deadline"),
                             // Retry soon enough to have another go before the deadline.
-                            left => {
-                                Ok(after + retry_delay.min(left / 3).max(Duration::from_millis(1)))
-                            }
+                            left => Ok((
+                                after + retry_delay.min(left / 3).max(Duration::from_millis(1)),
+                                true,
+                            )),
                         }
                     }
                 };
                 match next_due {
-                    Ok(at) => s.queue.push(Reverse((at, *generation, *key))),
+                    Ok((at, exact)) => s.push(
+                        Due {
+                            at,
+                            slot: *slot,
+                            generation: *generation,
+                        },
+                        exact,
+                    ),
                     Err(why) => {
-                        mark_lost(s, key, why, outcome == Some(false));
+                        if let Some(entry) = s.remove(*slot, *generation) {
+                            if outcome == Some(false) {
+                                entry.hold.mark_gone(why);
+                            } else {
+                                entry.hold.mark_lost(why);
+                            }
+                        }
                         lost += 1;
                     }
                 }
             }
         }
-        drop(guard);
+        drop(s);
         tracing::trace!(
             locks = due.len(),
             lost,
             elapsed_us = started.elapsed().as_micros() as u64,
             "lock watchdog pass"
         );
-    }
-}
-
-/// `gone`: Redis answered that the hold no longer exists (else only its
-/// deadline passed, and it may still be in Redis: its guards release it).
-fn mark_lost(s: &mut Schedule, key: &EntryKey, why: &str, gone: bool) {
-    if let Some(entry) = s.entries.remove(key) {
-        if gone {
-            entry.hold.mark_gone(why);
-        } else {
-            entry.hold.mark_lost(why);
-        }
+        // The holds' references go now, not at the next pass.
+        due.clear();
     }
 }
 
@@ -325,16 +445,22 @@ fn mark_lost(s: &mut Schedule, key: &EntryKey, why: &str, gone: bool) {
 /// be split by hash slot; this client speaks to a single Redis server.
 async fn renew_batch(
     core: &Core,
-    chunk: &[(EntryKey, u64, Arc<Hold>)],
+    chunk: &[Renewal],
     lease_ms: u64,
 ) -> Result<Vec<Option<bool>>, Error> {
     let script = &core.scripts.renew;
-    let keys: Vec<&str> = chunk
+    let bytes: usize = chunk
         .iter()
-        .map(|(_, _, hold)| hold.keys.lock.as_str())
-        .collect();
-    let owners: Vec<&str> = chunk.iter().map(|(_, _, hold)| &*hold.owner).collect();
-    let cmd = script.evalsha(&keys, (lease_ms, owners));
+        .map(|(_, _, hold)| hold.keys.lock.len() + hold.owner.len())
+        .sum();
+    let mut cmd = script.evalsha_prefix(chunk.len(), 2 * chunk.len() + 1, bytes + 24);
+    for (_, _, hold) in chunk {
+        cmd.arg(hold.keys.lock.as_str());
+    }
+    cmd.arg(lease_ms);
+    for (_, _, hold) in chunk {
+        cmd.arg(&*hold.owner);
+    }
     let mut conn = core.pool.checkout().await.map_err(Error::from)?;
     let reply = script.run(&mut conn, &cmd).await?;
     let Value::Array(values) = reply else {
@@ -355,4 +481,120 @@ async fn renew_batch(
             _ => None,
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn due(at: Instant, slot: u32) -> Due {
+        Due {
+            at,
+            slot,
+            generation: 1,
+        }
+    }
+
+    /// A schedule whose slots 0..n hold entries of generation 1 (the holds
+    /// are never looked at: `Entry` needs one, any will do).
+    fn schedule(n: u32, hold: &Arc<Hold>) -> Schedule {
+        let mut s = Schedule::default();
+        for slot in 0..n {
+            s.slots.push(Slot {
+                generation: 1,
+                entry: Some(Entry {
+                    guards: 1,
+                    hold: hold.clone(),
+                }),
+            });
+            s.by_hold.insert(slot as usize, slot);
+        }
+        s
+    }
+
+    fn a_hold() -> Arc<Hold> {
+        let keys = Arc::new(
+            crate::keys::LockKeys::new("", "wd-test", 64).unwrap_or_else(|e| panic!("{e}")),
+        );
+        Hold::granted(
+            keys,
+            "o:1".into(),
+            1,
+            None,
+            Instant::now(),
+            Duration::from_secs(30),
+        )
+        .unwrap_or_else(|| panic!("a fresh grant is valid"))
+    }
+
+    #[tokio::test]
+    async fn due_times_come_out_in_order_from_both_queues() {
+        let hold = a_hold();
+        let mut s = schedule(4, &hold);
+        let t = Instant::now();
+        s.push(due(t + Duration::from_millis(30), 0), false);
+        s.push(due(t + Duration::from_millis(40), 1), false);
+        // earlier than the cadence's back: an exact one waits in `early`
+        s.push(due(t + Duration::from_millis(10), 2), true);
+        // a late renewal joins the cadence at its back's time
+        s.push(due(t + Duration::from_millis(20), 3), false);
+        assert_eq!(s.next_due(), Some(t + Duration::from_millis(10)));
+        let order: Vec<(u32, Instant)> =
+            std::iter::from_fn(|| s.pop_due(t + Duration::from_secs(1)))
+                .map(|d| (d.slot, d.at))
+                .collect();
+        assert_eq!(
+            order,
+            vec![
+                (2, t + Duration::from_millis(10)),
+                (0, t + Duration::from_millis(30)),
+                (1, t + Duration::from_millis(40)),
+                (3, t + Duration::from_millis(40)),
+            ]
+        );
+    }
+
+    #[tokio::test]
+    async fn nothing_after_the_horizon_is_taken() {
+        let hold = a_hold();
+        let mut s = schedule(2, &hold);
+        let t = Instant::now();
+        s.push(due(t + Duration::from_millis(5), 0), false);
+        s.push(due(t + Duration::from_millis(50), 1), false);
+        assert_eq!(
+            s.pop_due(t + Duration::from_millis(10)).map(|d| d.slot),
+            Some(0)
+        );
+        assert_eq!(s.pop_due(t + Duration::from_millis(10)), None);
+    }
+
+    #[tokio::test]
+    async fn gone_entries_are_skipped_and_compacted_away() {
+        let hold = a_hold();
+        let mut s = schedule(2, &hold);
+        let t = Instant::now();
+        // 5000 due times of slot 1's old generation, one live of slot 0
+        for i in 0..5000u64 {
+            s.cadence.push_back(Due {
+                at: t + Duration::from_micros(i),
+                slot: 1,
+                generation: 0,
+            });
+        }
+        s.push(due(t + Duration::from_secs(1), 0), false);
+        assert_eq!(
+            s.next_due(),
+            Some(t + Duration::from_secs(1)),
+            "stale fronts dropped"
+        );
+        for i in 0..5000u64 {
+            s.cadence.push_back(Due {
+                at: t + Duration::from_secs(2) + Duration::from_micros(i),
+                slot: 1,
+                generation: 0,
+            });
+        }
+        s.compact_if_stale();
+        assert_eq!(s.cadence.len(), 1, "only the live due time is left");
+    }
 }
