@@ -20,8 +20,9 @@ usage: lock-bench [options]
   --wd-counts LIST     numbers of locks the WD workload holds (default 10000,100000)
   --wd-watchdog-ms MS  watchdog timeout of the WD client (default 3000: renewal every 1 s)
   --wd-in-flight N     WD acquisitions (and releases) in flight at once (default 256)
-  --ref-conns N        connections of the L-min-pool reference (default 16, lock-core's
-                       pool size); L-min-mux always shares one multiplexed connection
+  --wd-periods N       renewal periods WD measures over (default 3; longer for a profile)
+  --ref-conns N        connections of the L-min-pool reference (default: lock-core's
+                       pool size, 1); L-min-mux always shares one multiplexed connection
   --threads N          tokio worker threads (default: CPUs this process may run on)
   --redis-cpu N        pin the private redis-server to CPU N (ignored with --url)
   --bench-cpu N        pin this program (and its W3 children) to CPU N
@@ -97,6 +98,7 @@ pub(crate) struct Options {
     pub(crate) wd_counts: Vec<usize>,
     pub(crate) wd_watchdog: Duration,
     pub(crate) wd_in_flight: usize,
+    pub(crate) wd_periods: u32,
     pub(crate) ref_conns: usize,
     pub(crate) threads: Option<usize>,
     pub(crate) redis_cpu: Option<usize>,
@@ -142,6 +144,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Command, String> {
     let mut wd_counts = None;
     let mut wd_watchdog = None;
     let mut wd_in_flight = None;
+    let mut wd_periods = None;
     let mut ref_conns = None;
     let mut threads = None;
     let mut redis_cpu = None;
@@ -185,6 +188,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Command, String> {
                 wd_watchdog = Some(Duration::from_millis(ms as u64));
             }
             "--wd-in-flight" => wd_in_flight = Some(count(flag, &value()?, 1, 65_536)?),
+            "--wd-periods" => wd_periods = Some(count(flag, &value()?, 1, 1000)? as u32),
             "--ref-conns" => ref_conns = Some(count(flag, &value()?, 1, MAX_TASKS)?),
             "--threads" => threads = Some(count(flag, &value()?, 1, 256)?),
             "--redis-cpu" => redis_cpu = Some(count(flag, &value()?, 0, 4095)?),
@@ -236,6 +240,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Command, String> {
         wd_counts: wd_counts.unwrap_or(def_wd),
         wd_watchdog: wd_watchdog.unwrap_or(Duration::from_secs(3)),
         wd_in_flight: wd_in_flight.unwrap_or(256),
+        wd_periods: wd_periods.unwrap_or(3),
         ref_conns: ref_conns.unwrap_or(lock_core::DEFAULT_POOL_SIZE as usize),
         threads,
         redis_cpu,

@@ -130,12 +130,6 @@ impl Hold {
         !self.is_marked_lost() && Instant::now() < self.deadline()
     }
 
-    /// Whether the hold was valid at `now` (a clock read shared by many
-    /// holds): not known lost, deadline not passed.
-    pub(crate) fn is_valid_at(&self, now: Instant) -> bool {
-        !self.is_marked_lost() && now < self.deadline()
-    }
-
     /// Time left before the deadline at `now` (zero once invalid).
     pub(crate) fn remaining_at(&self, now: Instant) -> Duration {
         if self.is_marked_lost() {

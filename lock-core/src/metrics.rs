@@ -135,11 +135,13 @@ pub(crate) fn waited(started: Instant) {
     let _ = started;
 }
 
-/// One hold renewed by the watchdog.
+/// `n` holds renewed by one watchdog pass.
 #[inline]
-pub(crate) fn renewed() {
+pub(crate) fn renewed_many(n: usize) {
     #[cfg(feature = "metrics")]
-    ::metrics::counter!("lock_core_renewals_total").increment(1);
+    ::metrics::counter!("lock_core_renewals_total").increment(n as u64);
+    #[cfg(not(feature = "metrics"))]
+    let _ = n;
 }
 
 /// One hold's renewal failed.

@@ -35,8 +35,6 @@ use crate::{redis_util, BenchResult};
 
 /// Attempts per lock while acquiring them all.
 const ACQUIRE_ATTEMPTS: u32 = 3;
-/// Renewal periods the window lasts.
-const PERIODS: u32 = 3;
 /// Keys per EXISTS command in the final check.
 const EXISTS_CHUNK: usize = 1000;
 /// INFO calls of the second snapshot that the server counts in the delta of
@@ -250,7 +248,7 @@ pub(crate) async fn run(ctx: &Ctx, count: usize) -> BenchResult<Measurement> {
     let held_at_start = client.renewing_count();
     let before = snapshot(&mut conn).await?;
     let (cpu0, t0) = (cpu_ns(), mono_ns());
-    tokio::time::sleep(period * PERIODS).await;
+    tokio::time::sleep(period * ctx.opts.wd_periods).await;
     let (cpu1, t1) = (cpu_ns(), mono_ns());
     let after = snapshot(&mut conn).await?;
 
