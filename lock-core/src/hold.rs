@@ -52,8 +52,20 @@ pub(crate) fn validity(lease: Duration) -> Duration {
 }
 
 /// One hold of a lock by this client.
+///
+/// `repr(C)`: the fields every validity check and renewal reads come first,
+/// in one cache line with the reference counts (the watchdog touches
+/// 100 000 holds per period; one memory access each instead of two).
 #[derive(Debug)]
+#[repr(C)]
 pub(crate) struct Hold {
+    /// Reference point of `valid_until_us`.
+    origin: Instant,
+    /// End of validity, in µs after `origin`.
+    valid_until_us: AtomicU64,
+    /// Set (before `lost` is cancelled) once the hold is known lost: read
+    /// on every validity check, where the token's own check takes a lock.
+    lost_flag: AtomicBool,
     /// The lock it is a hold of (its name and keys, for logs).
     pub(crate) keys: Arc<LockKeys>,
     /// The hold's identity: its field in the lock hash. Never reused.
@@ -63,15 +75,8 @@ pub(crate) struct Hold {
     /// The lock context whose manual acquisitions re-enter this hold
     /// (`None`: only acquisitions nested in its section, if any).
     pub(crate) context: Option<u64>,
-    /// Reference point of `valid_until_us`.
-    origin: Instant,
-    /// End of validity, in µs after `origin`.
-    valid_until_us: AtomicU64,
     /// Cancelled once the hold is known lost (or its deadline was seen to pass).
     lost: CancellationToken,
-    /// Set (before `lost` is cancelled) once the hold is known lost: read
-    /// on every validity check, where the token's own check takes a lock.
-    lost_flag: AtomicBool,
     /// Set (before `ended` is cancelled) once the hold ended.
     ended_flag: AtomicBool,
     /// Cancelled once the hold ended normally (released to count zero, or
@@ -128,14 +133,6 @@ impl Hold {
     /// Whether the hold is valid now: not known lost, deadline not passed.
     pub(crate) fn is_valid(&self) -> bool {
         !self.is_marked_lost() && Instant::now() < self.deadline()
-    }
-
-    /// Time left before the deadline at `now` (zero once invalid).
-    pub(crate) fn remaining_at(&self, now: Instant) -> Duration {
-        if self.is_marked_lost() {
-            return Duration::ZERO;
-        }
-        self.deadline().saturating_duration_since(now)
     }
 
     /// Time left before the deadline (zero once invalid).

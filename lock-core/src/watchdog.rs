@@ -55,6 +55,10 @@ struct Entry {
     hold: Arc<Hold>,
     /// The renewal's arguments, built once: the lock key, then the owner.
     args: RenewArgs,
+    /// The hold's deadline as of its last renewal here: a lower bound
+    /// (others only extend it), read instead of the hold itself when
+    /// batches are built.
+    valid_until: Instant,
 }
 
 /// The lock key and the owner id of a hold in one allocation (one memory
@@ -119,6 +123,16 @@ fn live_in(slots: &[Slot], slot: u32, generation: u64) -> Option<&Entry> {
     let s = slots.get(slot as usize)?;
     if s.generation == generation {
         s.entry.as_ref()
+    } else {
+        None
+    }
+}
+
+/// [`live_in`], to update the entry.
+fn live_mut(slots: &mut [Slot], slot: u32, generation: u64) -> Option<&mut Entry> {
+    let s = slots.get_mut(slot as usize)?;
+    if s.generation == generation {
+        s.entry.as_mut()
     } else {
         None
     }
@@ -266,10 +280,12 @@ impl Watchdog {
         };
         place.generation += 1;
         let args = RenewArgs::new(&hold);
+        let valid_until = hold.deadline();
         place.entry = Some(Entry {
             guards: 1,
             hold,
             args,
+            valid_until,
         });
         let generation = place.generation;
         s.by_hold.insert(addr, slot);
@@ -349,7 +365,10 @@ fn next_batch(
         let Some(entry) = s.live(d.slot, d.generation) else {
             continue;
         };
-        let left = entry.hold.remaining_at(now);
+        // A hold that is already lost is renewed all the same (its guard
+        // drops it soon): Redis answers for it, and a renewal never revives
+        // a hold locally (see `Hold::extend`).
+        let left = entry.valid_until.saturating_duration_since(now);
         if left.is_zero() {
             if let Some(entry) = s.remove(d.slot, d.generation) {
                 entry
@@ -396,6 +415,7 @@ async fn run(
     let retry_delay = (period / 4).max(Duration::from_millis(10));
     let lease = core.config.watchdog_timeout;
     let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
+    let validity = crate::hold::validity(lease);
     loop {
         let next_due = locked(&schedule).next_due();
         tokio::select! {
@@ -451,11 +471,12 @@ async fn run(
                     Ok(values) => values.get(i).copied().flatten(),
                     Err(_) => None,
                 };
-                let Some(entry) = s.live(r.slot, r.generation) else {
+                let Some(entry) = live_mut(&mut s.slots, r.slot, r.generation) else {
                     continue;
                 };
                 let next_due = match outcome {
                     Some(true) if entry.hold.extend(started, lease) => {
+                        entry.valid_until = entry.valid_until.max(started + validity);
                         renewed += 1;
                         Ok((started + period, false))
                     }
@@ -583,6 +604,7 @@ mod tests {
                     guards: 1,
                     hold: hold.clone(),
                     args: RenewArgs::new(hold),
+                    valid_until: hold.deadline(),
                 }),
             });
             s.by_hold.insert(slot as usize, slot);
