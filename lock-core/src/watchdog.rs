@@ -61,32 +61,61 @@ struct Entry {
     valid_until: Instant,
 }
 
-/// The lock key and the owner id of a hold in one allocation (one memory
-/// access per renewal instead of one per string and per struct on the way).
+/// The lock key and the owner id of a hold, side by side: inside the slab
+/// entry when they fit (one sequential read per renewal, no pointer to
+/// follow), else in one allocation.
 #[derive(Debug)]
 struct RenewArgs {
-    bytes: Box<[u8]>,
+    bytes: ArgBytes,
     key_len: usize,
+}
+
+/// Room for a typical key and owner id (an owner id is ~45 bytes).
+const INLINE_ARGS: usize = 112;
+
+#[derive(Debug)]
+enum ArgBytes {
+    Inline { len: u8, buf: [u8; INLINE_ARGS] },
+    Heap(Box<[u8]>),
 }
 
 impl RenewArgs {
     fn new(hold: &Hold) -> Self {
         let key = hold.keys.lock.as_bytes();
-        let mut bytes = Vec::with_capacity(key.len() + hold.owner.len());
-        bytes.extend_from_slice(key);
-        bytes.extend_from_slice(hold.owner.as_bytes());
+        let owner = hold.owner.as_bytes();
+        let len = key.len() + owner.len();
+        let bytes = match u8::try_from(len) {
+            Ok(short) if len <= INLINE_ARGS => {
+                let mut buf = [0u8; INLINE_ARGS];
+                buf[..key.len()].copy_from_slice(key);
+                buf[key.len()..len].copy_from_slice(owner);
+                ArgBytes::Inline { len: short, buf }
+            }
+            _ => ArgBytes::Heap([key, owner].concat().into_boxed_slice()),
+        };
         RenewArgs {
-            bytes: bytes.into(),
+            bytes,
             key_len: key.len(),
         }
     }
 
+    fn all(&self) -> &[u8] {
+        match &self.bytes {
+            ArgBytes::Inline { len, buf } => buf.get(..usize::from(*len)).unwrap_or_default(),
+            ArgBytes::Heap(bytes) => bytes,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.all().len()
+    }
+
     fn key(&self) -> &[u8] {
-        self.bytes.get(..self.key_len).unwrap_or_default()
+        self.all().get(..self.key_len).unwrap_or_default()
     }
 
     fn owner(&self) -> &[u8] {
-        self.bytes.get(self.key_len..).unwrap_or_default()
+        self.all().get(self.key_len..).unwrap_or_default()
     }
 }
 
@@ -378,7 +407,7 @@ fn next_batch(
             continue;
         }
         least_left = least_left.min(left);
-        bytes += entry.args.bytes.len();
+        bytes += entry.args.len();
         renewals.push(Renewal {
             slot: d.slot,
             generation: d.generation,
@@ -561,21 +590,23 @@ async fn renew_batch(core: &Core, batch: &Batch) -> Result<Vec<Option<bool>>, Er
     let script = &core.scripts.renew;
     let mut conn = core.pool.checkout().await.map_err(Error::from)?;
     let reply = script.run(&mut conn, &batch.cmd).await?;
-    let Value::Array(values) = reply else {
-        return Err(Error::Protocol(format!("renew script answered {reply:?}")));
+    let answers: &[u8] = match &reply {
+        Value::BulkString(bytes) => bytes,
+        Value::SimpleString(s) => s.as_bytes(),
+        _ => return Err(Error::Protocol(format!("renew script answered {reply:?}"))),
     };
-    if values.len() != batch.renewals.len() {
+    if answers.len() != batch.renewals.len() {
         return Err(Error::Protocol(format!(
             "renew script answered {} results for {} locks",
-            values.len(),
+            answers.len(),
             batch.renewals.len()
         )));
     }
-    Ok(values
-        .into_iter()
-        .map(|v| match v {
-            Value::Int(1) => Some(true),
-            Value::Int(0) => Some(false),
+    Ok(answers
+        .iter()
+        .map(|a| match a {
+            b'1' => Some(true),
+            b'0' => Some(false),
             _ => None,
         })
         .collect())
@@ -652,6 +683,32 @@ mod tests {
                 (3, t + Duration::from_millis(40)),
             ]
         );
+    }
+
+    #[tokio::test]
+    async fn renewal_arguments_split_back_into_key_and_owner() {
+        let short = a_hold();
+        let args = RenewArgs::new(&short);
+        assert!(matches!(args.bytes, ArgBytes::Inline { .. }));
+        assert_eq!(args.key(), short.keys.lock.as_bytes());
+        assert_eq!(args.owner(), short.owner.as_bytes());
+        let long_name = "n".repeat(300);
+        let keys = Arc::new(
+            crate::keys::LockKeys::new("", &long_name, 1024).unwrap_or_else(|e| panic!("{e}")),
+        );
+        let long = Hold::granted(
+            keys,
+            "owner:7".into(),
+            1,
+            None,
+            Instant::now(),
+            Duration::from_secs(30),
+        )
+        .unwrap_or_else(|| panic!("a fresh grant is valid"));
+        let args = RenewArgs::new(&long);
+        assert!(matches!(args.bytes, ArgBytes::Heap(_)));
+        assert_eq!(args.key(), long_name.as_bytes());
+        assert_eq!(args.owner(), b"owner:7");
     }
 
     #[tokio::test]
