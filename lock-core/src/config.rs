@@ -162,9 +162,7 @@ impl ClientConfig {
                 return Err(Error::InvalidArgument(crate::tls::INSECURE_REFUSED.into()));
             }
         }
-        // Commands are small and latency-bound: Nagle's algorithm would hold
-        // each one back until the previous segment is acknowledged.
-        Ok(info.set_tcp_settings(redis::io::tcp::TcpSettings::default().set_nodelay(true)))
+        Ok(info)
     }
 }
 
