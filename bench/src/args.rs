@@ -31,13 +31,16 @@ usage: lock-bench [options]
 
 REF measures L-min twice: L-min-mux (all tasks on one multiplexed
 connection, redis-rs pipelining their commands) and L-min-pool (lock-core's
-pool shape). W1's ratio is against the faster one (target >= 0.8).
+pool shape). W1 (watchdog lease; lib lock-core-fixed: a fixed 10 s lease)
+is judged against the faster one (target >= 0.8).
 
-Output: one JSON line per measurement on stdout (lib = lock-core, L-min-mux,
-L-min-pool, L-serial, lock-tower, by-hand or bare; W1 and the L-min lines
-carry client_cpu_us_per_cycle: this process's getrusage user+sys CPU over
-the window / measured cycles); a summary with the ratios against the
-targets on stderr.";
+Output: one JSON line per measurement on stdout (lib = lock-core,
+lock-core-fixed, L-min-mux, L-min-pool, L-serial, lock-tower, by-hand or
+bare; W1 and the L-min lines carry client_cpu_us_per_cycle: this process's
+getrusage user+sys CPU over the window / measured cycles, and
+server_cpu_us_per_cycle: the server's INFO cpu user+sys over the same
+window / measured cycles); a summary with the ratios against the targets
+on stderr.";
 
 /// The workloads, in the order they run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -16,11 +16,12 @@
 //! W1 >= 0.8 x L-min over one multiplexed connection, issue 15). W1 and
 //! both references also report `client_cpu_us_per_cycle`: the CPU time of
 //! this whole process (getrusage `RUSAGE_SELF`, user + system) over the
-//! measured window divided by the cycles counted in it.
+//! measured window divided by the cycles counted in it, and
+//! `server_cpu_us_per_cycle`: the server's (`INFO cpu`) over the same window.
 //!
 //! ```text
 //! lock-bench [--url URL] [--workloads REF,W1,W2,W3,W3NP,WD,LAYER] [--duration 5] [--warmup 1]
-//!            [--tasks 16] [--processes 4] [--wd-counts 10000,100000] [--ref-conns 16]
+//!            [--tasks 16] [--processes 4] [--wd-counts 10000,100000] [--wd-periods 3] [--ref-conns 1]
 //!            [--redis-cpu 0] [--bench-cpu 1] [--smoke]
 //! ```
 

@@ -42,6 +42,17 @@ fn parse_info(text: &str) -> HashMap<String, String> {
         .collect()
 }
 
+/// CPU seconds (user + system) the server has used so far (`INFO cpu`).
+pub(crate) async fn server_cpu_s(conn: &mut MultiplexedConnection) -> BenchResult<f64> {
+    let cpu = info(conn, "cpu").await?;
+    let secs = |name: &str| {
+        cpu.get(name)
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(0.0)
+    };
+    Ok(secs("used_cpu_user") + secs("used_cpu_sys"))
+}
+
 /// Calls per command from `INFO commandstats` (`"evalsha" → 1234`).
 pub(crate) async fn command_calls(
     conn: &mut MultiplexedConnection,

@@ -11,7 +11,7 @@ use crate::stats::ByProcess;
 /// the per-process fairness figures of W3 and W3NP and the client CPU per
 /// cycle of W1 and the L-min references before the notes.
 #[cfg(test)]
-pub(crate) const FIELDS: [&str; 17] = [
+pub(crate) const FIELDS: [&str; 18] = [
     "lib",
     "workload",
     "cycles_per_s",
@@ -28,6 +28,7 @@ pub(crate) const FIELDS: [&str; 17] = [
     "longest_process_run",
     "cross_process_pct",
     "client_cpu_us_per_cycle",
+    "server_cpu_us_per_cycle",
     "notes",
 ];
 
@@ -62,6 +63,9 @@ pub(crate) struct Measurement {
     /// W1 and the L-min references: this process's CPU time (getrusage
     /// user + system) over the window divided by the measured cycles, µs.
     pub(crate) client_cpu_us_per_cycle: Option<f64>,
+    /// W1 and the L-min references: the server's CPU (INFO cpu, user +
+    /// system) over the window divided by the measured cycles, µs.
+    pub(crate) server_cpu_us_per_cycle: Option<f64>,
     pub(crate) notes: String,
     /// Figures for the summary that have no JSON field of their own.
     pub(crate) extra: Extra,
@@ -127,6 +131,7 @@ impl Measurement {
             "longest_process_run": p.map(|p| p.longest_run),
             "cross_process_pct": round(p.and_then(|p| p.cross_pct), 2),
             "client_cpu_us_per_cycle": round(self.client_cpu_us_per_cycle, 3),
+            "server_cpu_us_per_cycle": round(self.server_cpu_us_per_cycle, 3),
             "notes": self.notes,
         })
         .to_string()
@@ -324,17 +329,27 @@ fn w1_summary(all: &[Measurement], line: &mut impl FnMut(String)) {
             "    lock-core with a fixed 10 s lease {fixed:>9.0} cycles/s{vs}"
         ));
     }
-    let cpu: Vec<String> = ["lock-core", "lock-core-fixed", L_MIN_MUX, L_MIN_POOL]
-        .into_iter()
-        .filter_map(|lib| {
-            let us = find(all, lib, "W1")?.client_cpu_us_per_cycle?;
-            Some(format!("{lib} {us:.2} us"))
-        })
-        .collect();
+    let libs = ["lock-core", "lock-core-fixed", L_MIN_MUX, L_MIN_POOL];
+    let per_cycle = |field: fn(&Measurement) -> Option<f64>| -> Vec<String> {
+        libs.into_iter()
+            .filter_map(|lib| {
+                let us = field(find(all, lib, "W1")?)?;
+                Some(format!("{lib} {us:.2} us"))
+            })
+            .collect()
+    };
+    let cpu = per_cycle(|m| m.client_cpu_us_per_cycle);
     if !cpu.is_empty() {
         line(format!(
             "      client CPU per uncontended cycle: {}  (getrusage user+sys of this process over the window / measured cycles)",
             cpu.join(", ")
+        ));
+    }
+    let server = per_cycle(|m| m.server_cpu_us_per_cycle);
+    if !server.is_empty() {
+        line(format!(
+            "      server CPU per uncontended cycle: {}  (INFO cpu user+sys of redis-server over the window / measured cycles)",
+            server.join(", ")
         ));
     }
 }
@@ -535,6 +550,7 @@ mod tests {
             workload: "W1".into(),
             cycles_per_s: Some(rate),
             client_cpu_us_per_cycle: Some(cpu),
+            server_cpu_us_per_cycle: Some(cpu / 2.0),
             ..Default::default()
         };
         let all = vec![
@@ -553,6 +569,18 @@ mod tests {
         );
         assert!(
             s.contains("client CPU per uncontended cycle: lock-core 23.00 us, L-min-mux 6.50 us, L-min-pool 20.25 us"),
+            "{s}"
+        );
+        assert!(
+            s.contains("server CPU per uncontended cycle: lock-core 11.50 us, L-min-mux 3.25 us, L-min-pool 10.12 us"),
+            "{s}"
+        );
+        let fixed = w1("lock-core-fixed", 40_000.0, 22.0);
+        let s = summary(&[all.clone(), vec![fixed]].concat(), "test");
+        assert!(
+            s.contains(
+                "lock-core with a fixed 10 s lease     40000 cycles/s  ratio 0.400 to L-min-mux"
+            ),
             "{s}"
         );
 
@@ -583,11 +611,13 @@ mod tests {
             lib: L_MIN_MUX.into(),
             workload: "W1".into(),
             client_cpu_us_per_cycle: Some(7.12345),
+            server_cpu_us_per_cycle: Some(9.87654),
             ..Default::default()
         };
         let v: serde_json::Value =
             serde_json::from_str(&m.to_json()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(v["client_cpu_us_per_cycle"], json!(7.123));
+        assert_eq!(v["server_cpu_us_per_cycle"], json!(9.877));
     }
 
     #[test]

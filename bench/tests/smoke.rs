@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const FIELDS: [&str; 17] = [
+const FIELDS: [&str; 18] = [
     "lib",
     "workload",
     "cycles_per_s",
@@ -26,11 +26,12 @@ const FIELDS: [&str; 17] = [
     "longest_process_run",
     "cross_process_pct",
     "client_cpu_us_per_cycle",
+    "server_cpu_us_per_cycle",
     "notes",
 ];
 
 /// The W1 lines that report client CPU per cycle; null on every other line.
-const CPU_LINES: [&str; 3] = ["lock-core", "L-min-mux", "L-min-pool"];
+const CPU_LINES: [&str; 4] = ["lock-core", "lock-core-fixed", "L-min-mux", "L-min-pool"];
 
 /// The per-process fairness fields: numbers on W3 and W3NP, null elsewhere.
 const PROCESS_FIELDS: [&str; 5] = [
@@ -116,10 +117,12 @@ fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
         let cpu_line =
             v["workload"] == "W1" && CPU_LINES.iter().any(|lib| v["lib"].as_str() == Some(lib));
         if !cpu_line {
-            assert!(
-                obj["client_cpu_us_per_cycle"].is_null(),
-                "client CPU only on W1 and the L-min references: {v}"
-            );
+            for f in ["client_cpu_us_per_cycle", "server_cpu_us_per_cycle"] {
+                assert!(
+                    obj[f].is_null(),
+                    "{f} only on W1 and the L-min references: {v}"
+                );
+            }
         }
     }
     let find = |lib: &str, workload: &str| {
@@ -133,12 +136,9 @@ fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
         let v = find(lib, "W1");
         assert!(v["cycles_per_s"].as_f64().is_some_and(|r| r > 0.0), "{v}");
         assert!(v["p50_us"].is_number(), "{v}");
-        assert!(
-            v["client_cpu_us_per_cycle"]
-                .as_f64()
-                .is_some_and(|c| c > 0.0),
-            "{v}"
-        );
+        for f in ["client_cpu_us_per_cycle", "server_cpu_us_per_cycle"] {
+            assert!(v[f].as_f64().is_some_and(|c| c > 0.0), "{f}: {v}");
+        }
     }
     assert_eq!(find("L-serial", "W2")["counter_ok"], true);
 
@@ -229,8 +229,8 @@ fn smoke_run_measures_l_min_over_one_connection_and_over_the_pool_shape() {
         .collect();
     assert_eq!(
         libs,
-        ["L-min-mux", "L-min-pool", "lock-core"],
-        "both references, then W1:\n{out}"
+        ["L-min-mux", "L-min-pool", "lock-core", "lock-core-fixed"],
+        "both references, then W1 with the watchdog lease and with a fixed lease:\n{out}"
     );
     let notes = |lib: &str| {
         lines
@@ -267,6 +267,10 @@ fn smoke_run_measures_l_min_over_one_connection_and_over_the_pool_shape() {
     assert!(
         err.contains("client CPU per uncontended cycle: lock-core"),
         "the summary must show client CPU per cycle:\n{err}"
+    );
+    assert!(
+        err.contains("server CPU per uncontended cycle: lock-core"),
+        "the summary must show server CPU per cycle:\n{err}"
     );
 }
 

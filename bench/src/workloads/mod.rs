@@ -75,35 +75,59 @@ pub(crate) async fn lock_client(
 /// The client CPU of this process over the measured part of a window:
 /// getrusage(RUSAGE_SELF) user + system time of every thread (the
 /// workload's tasks, redis-rs's connection drivers, lock-core's background
-/// tasks, tokio itself), read when the window opens and when it closes.
-/// Aborted when dropped, so a workload that fails leaves no task behind.
+/// tasks, tokio itself), read when the window opens and when it closes;
+/// and the server's CPU over the same window (`INFO cpu` of the server the
+/// run talks to, on a connection of its own). Aborted when dropped, so a
+/// workload that fails leaves no task behind.
 #[derive(Debug)]
-pub(crate) struct ClientCpu(JoinHandle<Option<f64>>);
+pub(crate) struct ClientCpu(JoinHandle<BenchResult<CpuShares>>);
+
+/// CPU seconds per second over a window: this process's, the server's.
+#[derive(Clone, Copy, Debug, Default)]
+pub(crate) struct CpuShares {
+    client: Option<f64>,
+    server: Option<f64>,
+}
 
 impl ClientCpu {
-    /// Starts sampling `window` (call before the workload's tasks start).
-    pub(crate) fn sample(window: &Window) -> Self {
+    /// Starts sampling `window` (call before the workload's tasks start);
+    /// `url`: the server whose CPU is read too.
+    pub(crate) fn sample(window: &Window, url: &str) -> Self {
         let (from, to) = (window.from, window.to);
+        let url = url.to_owned();
         let until = |at: u64| Duration::from_nanos(at.saturating_sub(mono_ns()));
         ClientCpu(tokio::spawn(async move {
+            let mut conn = crate::redis_util::connect(&url).await?;
             tokio::time::sleep(until(from)).await;
-            let (cpu0, t0) = (cpu_ns()?, mono_ns());
+            let (cpu0, t0) = (cpu_ns(), mono_ns());
+            let server0 = crate::redis_util::server_cpu_s(&mut conn).await?;
             tokio::time::sleep(until(to)).await;
-            let (cpu1, t1) = (cpu_ns()?, mono_ns());
+            let (cpu1, t1) = (cpu_ns(), mono_ns());
+            let server1 = crate::redis_util::server_cpu_s(&mut conn).await?;
             // Timers may fire a little late: divide by the time actually
             // sampled, not by the window's length.
-            (t1 > t0).then(|| cpu1.saturating_sub(cpu0) as f64 / (t1 - t0) as f64)
+            let secs = (t1 > t0).then(|| (t1 - t0) as f64);
+            Ok(CpuShares {
+                client: match (cpu0, cpu1, secs) {
+                    (Some(a), Some(b), Some(ns)) => Some(b.saturating_sub(a) as f64 / ns),
+                    _ => None,
+                },
+                server: secs.map(|ns| (server1 - server0).max(0.0) * 1e9 / ns),
+            })
         }))
     }
 
-    /// Sets `m.client_cpu_us_per_cycle`: CPU seconds per second over the
-    /// window divided by the measured cycles per second, in µs per cycle.
+    /// Sets `m.client_cpu_us_per_cycle` and `m.server_cpu_us_per_cycle`:
+    /// CPU seconds per second over the window divided by the measured
+    /// cycles per second, in µs per cycle.
     pub(crate) async fn finish(mut self, m: &mut Measurement) -> BenchResult<()> {
-        let cpu_share = (&mut self.0).await?;
-        m.client_cpu_us_per_cycle = match (cpu_share, m.cycles_per_s) {
+        let shares = (&mut self.0).await??;
+        let per_cycle = |share: Option<f64>| match (share, m.cycles_per_s) {
             (Some(share), Some(rate)) if rate > 0.0 => Some(share * 1e6 / rate),
             _ => None,
         };
+        m.client_cpu_us_per_cycle = per_cycle(shares.client);
+        m.server_cpu_us_per_cycle = per_cycle(shares.server);
         Ok(())
     }
 }
@@ -166,6 +190,7 @@ pub(crate) fn contended(
         counter_ok: Some(counter_ok),
         by_process: None,
         client_cpu_us_per_cycle: None,
+        server_cpu_us_per_cycle: None,
         notes: format!(
             "{notes}; p50/p99/max = acquire wait; cycle latency p50 {} us, p99 {} us; lock-level cycle time 1/cycles_per_s {} us; measured cycles {}; hand-offs in counter (INCR) order",
             fmt(cycle_p50),

@@ -104,7 +104,7 @@ pub(crate) async fn l_min(ctx: &Ctx, shape: Shape) -> BenchResult<Measurement> {
     }
     let base = std::process::id();
     let window = ctx.window();
-    let cpu = ClientCpu::sample(&window);
+    let cpu = ClientCpu::sample(&window, &ctx.url);
     let mut set: JoinSet<TaskResult> = JoinSet::new();
     for i in 0..tasks {
         let mut conn = conns[i % conns.len()].clone();
