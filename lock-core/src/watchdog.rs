@@ -644,18 +644,21 @@ mod tests {
     }
 
     fn a_hold() -> Arc<Hold> {
-        let keys = Arc::new(
-            crate::keys::LockKeys::new("", "wd-test", 64).unwrap_or_else(|e| panic!("{e}")),
-        );
-        Hold::granted(
+        hold_named("wd-test", "o:1")
+    }
+
+    fn hold_named(name: &str, owner: &str) -> Arc<Hold> {
+        let keys =
+            Arc::new(crate::keys::LockKeys::new("", name, 1024).unwrap_or_else(|e| panic!("{e}")));
+        let fresh = Hold::granted(
             keys,
-            "o:1".into(),
+            owner.into(),
             1,
             None,
             Instant::now(),
             Duration::from_secs(30),
-        )
-        .unwrap_or_else(|| panic!("a fresh grant is valid"))
+        );
+        fresh.unwrap_or_else(|| panic!("a fresh grant is valid"))
     }
 
     #[tokio::test]
@@ -693,18 +696,7 @@ mod tests {
         assert_eq!(args.key(), short.keys.lock.as_bytes());
         assert_eq!(args.owner(), short.owner.as_bytes());
         let long_name = "n".repeat(300);
-        let keys = Arc::new(
-            crate::keys::LockKeys::new("", &long_name, 1024).unwrap_or_else(|e| panic!("{e}")),
-        );
-        let long = Hold::granted(
-            keys,
-            "owner:7".into(),
-            1,
-            None,
-            Instant::now(),
-            Duration::from_secs(30),
-        )
-        .unwrap_or_else(|| panic!("a fresh grant is valid"));
+        let long = hold_named(&long_name, "owner:7");
         let args = RenewArgs::new(&long);
         assert!(matches!(args.bytes, ArgBytes::Heap(_)));
         assert_eq!(args.key(), long_name.as_bytes());
