@@ -56,7 +56,10 @@ pub struct ClientConfig {
     /// multiplexed connection: it carries the commands of many tasks at
     /// once, and Redis answers them in batches. Default 1, the fastest shape
     /// in lock-bench (BENCHMARKS.md); the client's pub/sub connection comes
-    /// on top.
+    /// on top. Replies on one connection come back in order, so a slow
+    /// reply (a stalled network path) holds up the replies behind it; more
+    /// connections spread commands round-robin and limit that to their
+    /// share (a shutdown always sends its releases on a new connection).
     pub pool_size: u32,
     /// Lease of locks taken without an explicit lease; the watchdog renews
     /// them every third of it. Default 30 s.
