@@ -85,7 +85,7 @@ impl Core {
     }
 
     /// Runs one script invocation on a shared connection, bounded by the
-    /// command timeout (pool wait included).
+    /// connect and command time-outs (opening a connection included).
     pub(crate) async fn run_script(&self, script: &Script, cmd: &Cmd) -> Result<Value> {
         let fut = async {
             let mut conn = self.pool.checkout().await?;

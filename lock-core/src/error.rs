@@ -74,7 +74,10 @@ pub enum Error {
     #[error("redis error: {0}")]
     Redis(#[source] redis::RedisError),
 
-    /// No pooled Redis connection became available within the connect timeout.
+    /// No pooled Redis connection became available within the connect
+    /// timeout. Not produced since commands share their connections
+    /// instead of waiting for one (see `ClientConfig::pool_size`); kept so
+    /// that code matching on it keeps compiling.
     #[error("timed out waiting for a redis connection")]
     PoolTimeout,
 
