@@ -154,6 +154,27 @@ pub enum HarnessError {
     /// ```
     #[error("the redis-server is not running")]
     NotRunning,
+
+    /// A cluster (or another group of servers) did not reach the state the
+    /// harness waited for.
+    ///
+    /// ```
+    /// use lock_tests::HarnessError;
+    /// use std::time::Duration;
+    ///
+    /// let err = HarnessError::NotFormed {
+    ///     what: "cluster_state:ok on every node".into(),
+    ///     waited: Duration::from_secs(30),
+    /// };
+    /// assert!(err.to_string().contains("cluster_state:ok"));
+    /// ```
+    #[error("not reached within {waited:?}: {what}")]
+    NotFormed {
+        /// What was waited for.
+        what: String,
+        /// How long the harness waited.
+        waited: Duration,
+    },
 }
 
 impl HarnessError {

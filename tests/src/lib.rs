@@ -26,11 +26,13 @@
 //! ```
 #![deny(missing_docs)]
 
+mod cluster;
 mod error;
 mod proxy;
 mod resp;
 mod server;
 
+pub use cluster::{RedisCluster, CLUSTER_SLOTS, NODE_TIMEOUT};
 pub use error::HarnessError;
 pub use proxy::{CommandMatch, CutKind, Direction, Fault, FaultHandle, FaultProxy};
 pub use resp::RespValue;
