@@ -30,10 +30,12 @@ mod cluster;
 mod error;
 mod proxy;
 mod resp;
+mod sentinel;
 mod server;
 
 pub use cluster::{RedisCluster, CLUSTER_SLOTS, NODE_TIMEOUT};
 pub use error::HarnessError;
 pub use proxy::{CommandMatch, CutKind, Direction, Fault, FaultHandle, FaultProxy};
 pub use resp::RespValue;
+pub use sentinel::{SentinelSet, SENTINEL_DOWN_AFTER};
 pub use server::{free_port, RedisServer, RedisServerBuilder, REDIS_SERVER_BIN_ENV};

@@ -45,6 +45,8 @@ const LOG_TAIL_LINES: usize = 20;
 const LOG_FILE: &str = "redis.log";
 /// Where the server's stdout/stderr go (config errors are printed there, not to the log).
 const CONSOLE_FILE: &str = "console.log";
+/// The configuration file of a server built with `config_text`.
+const CONFIG_FILE: &str = "redis.conf";
 
 /// Returns a loopback port that was free a moment ago: binds `127.0.0.1:0`,
 /// reads the port the OS picked, and drops the listener.
@@ -93,6 +95,7 @@ struct TlsFiles {
 #[derive(Debug, Clone)]
 pub struct RedisServerBuilder {
     binary: Option<PathBuf>,
+    config: Option<String>,
     args: Vec<OsString>,
     ready_timeout: Duration,
     credentials: Option<Credentials>,
@@ -110,6 +113,24 @@ impl RedisServerBuilder {
     /// ```
     pub fn binary(mut self, path: impl Into<PathBuf>) -> Self {
         self.binary = Some(path.into());
+        self
+    }
+
+    /// A configuration file for the server, written to its temp dir at
+    /// start and passed as the first argument (Sentinel needs one: it
+    /// rewrites it; `--sentinel` then goes in [`arg`](Self::arg)). Kept
+    /// across [`RedisServer::restart`], as the server left it.
+    ///
+    /// ```
+    /// use lock_tests::RedisServer;
+    ///
+    /// let server = RedisServer::builder().config_text("maxmemory 20mb\n").start()?;
+    /// let reply = server.command(&["CONFIG", "GET", "maxmemory"])?;
+    /// assert_eq!(reply.as_array().and_then(|a| a[1].as_i64()), Some(20 * 1024 * 1024));
+    /// # Ok::<(), lock_tests::HarnessError>(())
+    /// ```
+    pub fn config_text(mut self, text: impl Into<String>) -> Self {
+        self.config = Some(text.into());
         self
     }
 
@@ -283,6 +304,7 @@ impl RedisServerBuilder {
             tls_port: 0,
             tls: self.tls,
             binary,
+            config: self.config,
             args: self.args,
             credentials,
             ready_timeout: self.ready_timeout,
@@ -333,6 +355,8 @@ pub struct RedisServer {
     tls_port: u16,
     tls: Option<TlsFiles>,
     binary: PathBuf,
+    /// Written to `CONFIG_FILE` in `dir` at the first start, when set.
+    config: Option<String>,
     args: Vec<OsString>,
     credentials: Option<Credentials>,
     ready_timeout: Duration,
@@ -368,6 +392,7 @@ impl RedisServer {
     pub fn builder() -> RedisServerBuilder {
         RedisServerBuilder {
             binary: None,
+            config: None,
             args: Vec::new(),
             ready_timeout: DEFAULT_READY_TIMEOUT,
             credentials: None,
@@ -699,7 +724,15 @@ impl RedisServer {
                 OsString::from(&tls.auth_clients),
             ]);
         }
-        Command::new(&self.binary)
+        let mut command = Command::new(&self.binary);
+        if let Some(text) = &self.config {
+            let path = dir.join(CONFIG_FILE);
+            if !path.exists() {
+                fs::write(&path, text)?;
+            }
+            command.arg(path);
+        }
+        command
             .arg("--port")
             .arg(self.port.to_string())
             .args(["--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
