@@ -119,7 +119,8 @@ use proc_macro::TokenStream;
 ///     Ok(())
 /// }
 ///
-/// // "{tenant}:eu:3": literal braces (a Redis Cluster hash tag), a tuple field
+/// // "{tenant}:eu:3": literal braces (`{{`, `}}`) and a tuple field; a `{` in
+/// // the name is its own hash tag for the helper keys (Redisson's naming)
 /// #[distributed_lock(key = "{{tenant}}:{region.0}:{region.1}")]
 /// async fn rebalance(region: (&str, u8)) -> lock_core::Result<()> {
 ///     Ok(())
