@@ -15,9 +15,10 @@
 //! replica with `CLUSTER FAILOVER`.
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::error::HarnessError;
+use crate::poll::poll_until;
 use crate::resp::RespValue;
 use crate::server::{free_port, RedisServer};
 
@@ -156,22 +157,11 @@ impl RedisCluster {
     /// Waits until every running node reports `cluster_state:ok` and every
     /// running replica's link to its primary is up.
     pub fn wait_ok(&self, timeout: Duration) -> Result<(), HarnessError> {
-        let deadline = Instant::now() + timeout;
-        loop {
-            match self.is_ok() {
-                Ok(true) => return Ok(()),
-                Ok(false) | Err(_) if Instant::now() < deadline => {
-                    std::thread::sleep(Duration::from_millis(50));
-                }
-                Ok(false) => {
-                    return Err(HarnessError::NotFormed {
-                        what: "cluster_state:ok on every node and every replica's link up".into(),
-                        waited: timeout,
-                    })
-                }
-                Err(e) => return Err(e),
-            }
-        }
+        poll_until(
+            "cluster_state:ok on every node and every replica's link up",
+            timeout,
+            || self.is_ok(),
+        )
     }
 
     fn is_ok(&self) -> Result<bool, HarnessError> {
@@ -204,17 +194,7 @@ impl RedisCluster {
         what: &str,
         check: impl Fn(&RedisCluster) -> Result<bool, HarnessError>,
     ) -> Result<(), HarnessError> {
-        let deadline = Instant::now() + FORM_TIMEOUT;
-        while Instant::now() < deadline {
-            if check(self)? {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Err(HarnessError::NotFormed {
-            what: format!("cluster: {what}"),
-            waited: FORM_TIMEOUT,
-        })
+        poll_until(&format!("cluster: {what}"), FORM_TIMEOUT, || check(self))
     }
 
     /// Every node, primaries first (see [`start`](Self::start)).
@@ -372,16 +352,10 @@ impl RedisCluster {
 
     /// `master` or `slave`, from the node's `ROLE`.
     pub fn role(&self, index: usize) -> Result<String, HarnessError> {
-        let node = self
-            .nodes
+        self.nodes
             .get(index)
-            .ok_or_else(|| HarnessError::Protocol(format!("no node {index}")))?;
-        let reply = node.command(&["ROLE"])?;
-        reply
-            .as_array()
-            .and_then(|a| a.first())
-            .and_then(RespValue::as_string)
-            .ok_or_else(|| HarnessError::Protocol(format!("ROLE: {reply:?}")))
+            .ok_or_else(|| HarnessError::Protocol(format!("no node {index}")))?
+            .role()
     }
 }
 

@@ -28,6 +28,7 @@
 
 mod cluster;
 mod error;
+mod poll;
 mod proxy;
 mod resp;
 mod sentinel;

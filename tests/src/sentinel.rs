@@ -8,9 +8,10 @@
 //! makes them fail over on their own after [`SENTINEL_DOWN_AFTER`].
 
 use std::collections::HashMap;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::error::HarnessError;
+use crate::poll::poll_until;
 use crate::resp::RespValue;
 use crate::server::RedisServer;
 
@@ -161,16 +162,10 @@ impl SentinelSet {
 
     /// `master` or `slave`, from data node `index`'s `ROLE`.
     pub fn role(&self, index: usize) -> Result<String, HarnessError> {
-        let node = self
-            .data
+        self.data
             .get(index)
-            .ok_or_else(|| HarnessError::Protocol(format!("no data node {index}")))?;
-        let reply = node.command(&["ROLE"])?;
-        reply
-            .as_array()
-            .and_then(|a| a.first())
-            .and_then(RespValue::as_string)
-            .ok_or_else(|| HarnessError::Protocol(format!("ROLE: {reply:?}")))
+            .ok_or_else(|| HarnessError::Protocol(format!("no data node {index}")))?
+            .role()
     }
 
     /// Whether data node `index` is a replica whose link to its primary is up.
@@ -204,8 +199,9 @@ impl SentinelSet {
     /// Waits until every running sentinel names data node `index` as the
     /// primary and the node says it is one.
     pub fn wait_for_primary(&self, index: usize, timeout: Duration) -> Result<(), HarnessError> {
-        let deadline = Instant::now() + timeout;
-        loop {
+        let port = self.data.get(index).map(|n| n.port().to_string());
+        let what = format!("data node {index} as the primary of `{}`", self.name);
+        poll_until(&what, timeout, || {
             let agreed = self.sentinels.iter().all(|s| {
                 match s.command_with_timeout(
                     &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", &self.name],
@@ -216,23 +212,14 @@ impl SentinelSet {
                             .as_array()
                             .and_then(|a| a.get(1))
                             .and_then(RespValue::as_string)
-                            == self.data.get(index).map(|n| n.port().to_string())
+                            == port
                     }
                     // a killed or paused sentinel has no say
                     Err(_) => true,
                 }
             });
-            if agreed && self.role(index).ok().as_deref() == Some("master") {
-                return Ok(());
-            }
-            if Instant::now() >= deadline {
-                return Err(HarnessError::NotFormed {
-                    what: format!("data node {index} as the primary of `{}`", self.name),
-                    waited: timeout,
-                });
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
+            Ok(agreed && self.role(index)? == "master")
+        })
     }
 
     fn wait_until(
@@ -240,16 +227,8 @@ impl SentinelSet {
         what: &str,
         check: impl Fn(&SentinelSet) -> Result<bool, HarnessError>,
     ) -> Result<(), HarnessError> {
-        let deadline = Instant::now() + FORM_TIMEOUT;
-        while Instant::now() < deadline {
-            if check(self).unwrap_or(false) {
-                return Ok(());
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Err(HarnessError::NotFormed {
-            what: format!("sentinel set: {what}"),
-            waited: FORM_TIMEOUT,
+        poll_until(&format!("sentinel set: {what}"), FORM_TIMEOUT, || {
+            check(self)
         })
     }
 }

@@ -667,6 +667,23 @@ impl RedisServer {
         Ok(conn)
     }
 
+    /// The server's replication role, the first element of `ROLE`:
+    /// `master`, `slave` or `sentinel`.
+    ///
+    /// ```
+    /// let server = lock_tests::RedisServer::start()?;
+    /// assert_eq!(server.role()?, "master");
+    /// # Ok::<(), lock_tests::HarnessError>(())
+    /// ```
+    pub fn role(&self) -> Result<String, HarnessError> {
+        let reply = self.command(&["ROLE"])?;
+        reply
+            .as_array()
+            .and_then(|a| a.first())
+            .and_then(RespValue::as_string)
+            .ok_or_else(|| HarnessError::Protocol(format!("ROLE: {reply:?}")))
+    }
+
     /// Runs `INFO commandstats` and returns the number of calls per command,
     /// keyed by lowercase command name (`"evalsha"`, `"set"`,
     /// `"client|setname"`). Commands never called are absent. The harness's
