@@ -46,6 +46,20 @@ const PROCESS_FIELDS: [&str; 5] = [
 const LIMIT: Duration = Duration::from_secs(180);
 
 /// Runs lock-bench with `args`; returns (success, stdout, stderr).
+/// Runs lock-bench, which must succeed; its JSON lines, stdout and stderr.
+fn run_ok(args: &[&str]) -> (Vec<Value>, String, String) {
+    let (ok, out, err) = run(args);
+    assert!(
+        ok,
+        "lock-bench {args:?} failed\nstdout:\n{out}\nstderr:\n{err}"
+    );
+    let lines = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
+        .collect();
+    (lines, out, err)
+}
+
 fn run(args: &[&str]) -> (bool, String, String) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_lock-bench"))
         .args(args)
@@ -91,16 +105,7 @@ fn run(args: &[&str]) -> (bool, String, String) {
 
 #[test]
 fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
-    let (ok, out, err) = run(&["--smoke"]);
-    assert!(
-        ok,
-        "lock-bench --smoke failed\nstdout:\n{out}\nstderr:\n{err}"
-    );
-
-    let lines: Vec<Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect();
+    let (lines, out, err) = run_ok(&["--smoke"]);
     for v in &lines {
         let obj = v
             .as_object()
@@ -213,15 +218,7 @@ fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
 
 #[test]
 fn smoke_run_measures_l_min_over_one_connection_and_over_the_pool_shape() {
-    let (ok, out, err) = run(&["--smoke", "--workloads", "REF,W1"]);
-    assert!(
-        ok,
-        "lock-bench --smoke failed\nstdout:\n{out}\nstderr:\n{err}"
-    );
-    let lines: Vec<Value> = out
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}")))
-        .collect();
+    let (lines, out, err) = run_ok(&["--smoke", "--workloads", "REF,W1"]);
     let libs: Vec<&str> = lines
         .iter()
         .filter(|v| v["workload"] == "W1")

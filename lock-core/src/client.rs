@@ -948,61 +948,46 @@ impl Core {
 
     /// Does one background job, and logs how it went (nobody awaits it).
     async fn run_job(self: Arc<Self>, job: ReleaseJob) {
-        let error = match &job {
+        let (keys, outcome, failed) = match &job {
             ReleaseJob::Release {
                 keys,
                 hold,
                 lease_ms,
-            } => match self.release_hold(keys, &hold.owner, *lease_ms).await {
-                Ok(released) => {
-                    if released == Released::NotHeld {
-                        hold.mark_gone("not held at release");
-                    }
-                    released.log();
-                    return;
-                }
-                Err(e) => {
-                    tracing::warn!(
-                        lock = %keys.name,
-                        key = %keys.lock,
-                        error = %e,
-                        "background lock release failed; the lock expires with its lease"
-                    );
-                    e
-                }
-            },
+            } => (
+                keys,
+                self.release_hold(keys, &hold.owner, *lease_ms)
+                    .await
+                    .map(|released| {
+                        if released == Released::NotHeld {
+                            hold.mark_gone("not held at release");
+                        }
+                        released.log();
+                    }),
+                "background lock release failed; the lock expires with its lease",
+            ),
             ReleaseJob::Cancel {
                 keys,
                 owner,
                 mode,
                 latch,
                 lease_ms,
-            } => match self.cancel(keys, owner, *mode, latch, *lease_ms).await {
-                Ok(_) => return,
-                Err(e) => {
-                    tracing::warn!(
-                        lock = %keys.name,
-                        key = %keys.lock,
-                        error = %e,
-                        "cancelling a lock acquisition with a lost reply failed; it expires with its lease"
-                    );
-                    e
-                }
-            },
-            ReleaseJob::StopWaiting { keys } => match self.stop_waiting(keys).await {
-                Ok(_) => return,
-                Err(e) => {
-                    tracing::warn!(
-                        lock = %keys.name,
-                        key = %keys.lock,
-                        error = %e,
-                        "leaving the line of clients waiting for a lock failed; the place lapses when its turn passes unused"
-                    );
-                    e
-                }
-            },
+            } => (
+                keys,
+                self.cancel(keys, owner, *mode, latch, *lease_ms)
+                    .await
+                    .map(|_| ()),
+                "cancelling a lock acquisition with a lost reply failed; it expires with its lease",
+            ),
+            ReleaseJob::StopWaiting { keys } => (
+                keys,
+                self.stop_waiting(keys).await.map(|_| ()),
+                "leaving the line of clients waiting for a lock failed; the place lapses when its turn passes unused",
+            ),
         };
-        self.report(&error);
+        if let Err(error) = outcome {
+            tracing::warn!(lock = %keys.name, key = %keys.lock, error = %error, "{failed}");
+            self.report(&error);
+        }
     }
 }
 

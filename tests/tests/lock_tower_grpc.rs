@@ -12,12 +12,11 @@ use common::within;
 use futures_util::future::join_all;
 use lock_core::LockClient;
 use lock_examples::proto::accounts_client::AccountsClient;
-use lock_examples::proto::accounts_server::{Accounts, AccountsServer};
+use lock_examples::proto::accounts_server::Accounts;
 use lock_examples::proto::{WithdrawReply, WithdrawRequest};
 use lock_tower::{Grpc, LockLayer, MetadataKey};
 use tokio::sync::oneshot;
-use tonic::transport::server::TcpIncoming;
-use tonic::transport::{Channel, Server};
+use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status};
 use tower_support::{client, commands_but_info, redis, Probe};
 
@@ -55,17 +54,7 @@ async fn start(
     layer: LockLayer<MetadataKey, Grpc>,
     service: ProbeService,
 ) -> (SocketAddr, oneshot::Sender<()>) {
-    let incoming = TcpIncoming::bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
-    let addr = incoming.local_addr().expect("local addr");
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = Server::builder()
-        .layer(layer)
-        .add_service(AccountsServer::new(service))
-        .serve_with_incoming_shutdown(incoming, async {
-            let _ = stopped.await;
-        });
-    tokio::spawn(server);
-    (addr, stop)
+    tower_support::start_grpc(layer, service).await
 }
 
 fn layer(client: LockClient, wait: Duration) -> LockLayer<MetadataKey, Grpc> {

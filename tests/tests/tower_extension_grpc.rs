@@ -4,6 +4,7 @@
 //! method whose lock is deleted behind it.
 
 mod common;
+mod tower_support;
 
 use std::net::SocketAddr;
 use std::time::Duration;
@@ -11,15 +12,14 @@ use std::time::Duration;
 use common::{cmd, raw, within};
 use lock_core::{HeldLock, LockClient};
 use lock_examples::proto::accounts_client::AccountsClient;
-use lock_examples::proto::accounts_server::{Accounts, AccountsServer};
+use lock_examples::proto::accounts_server::Accounts;
 use lock_examples::proto::{WithdrawReply, WithdrawRequest};
 use lock_tests::RedisServer;
 use lock_tower::{Grpc, HeldLockExt, LockLayer, MetadataKey};
 use redis::aio::MultiplexedConnection;
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
-use tonic::transport::server::TcpIncoming;
-use tonic::transport::{Channel, Server};
+use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status};
 
 const METADATA: &str = "x-account-id";
@@ -104,17 +104,7 @@ async fn start(
     layer: LockLayer<MetadataKey, Grpc>,
     service: LockedAccounts,
 ) -> (SocketAddr, oneshot::Sender<()>) {
-    let incoming = TcpIncoming::bind("127.0.0.1:0".parse().expect("addr")).expect("bind");
-    let addr = incoming.local_addr().expect("local addr");
-    let (stop, stopped) = oneshot::channel::<()>();
-    let server = Server::builder()
-        .layer(layer)
-        .add_service(AccountsServer::new(service))
-        .serve_with_incoming_shutdown(incoming, async {
-            let _ = stopped.await;
-        });
-    tokio::spawn(server);
-    (addr, stop)
+    tower_support::start_grpc(layer, service).await
 }
 
 async fn call(addr: SocketAddr, account: &str) -> Result<WithdrawReply, Status> {

@@ -175,3 +175,26 @@ pub fn client(server: &RedisServer) -> lock_core::LockClient {
 pub fn redis() -> RedisServer {
     RedisServer::start().expect("start redis-server")
 }
+
+/// A tonic server of the accounts service behind `layer`, on a loopback
+/// port; it stops when the returned sender is dropped.
+pub async fn start_grpc<S: lock_examples::proto::accounts_server::Accounts>(
+    layer: lock_tower::LockLayer<lock_tower::MetadataKey, lock_tower::Grpc>,
+    service: S,
+) -> (SocketAddr, oneshot::Sender<()>) {
+    let incoming =
+        tonic::transport::server::TcpIncoming::bind("127.0.0.1:0".parse().expect("addr"))
+            .expect("bind");
+    let addr = incoming.local_addr().expect("local addr");
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tonic::transport::Server::builder()
+        .layer(layer)
+        .add_service(lock_examples::proto::accounts_server::AccountsServer::new(
+            service,
+        ))
+        .serve_with_incoming_shutdown(incoming, async {
+            let _ = stopped.await;
+        });
+    tokio::spawn(server);
+    (addr, stop)
+}
