@@ -809,7 +809,7 @@ impl LockClient {
         }
         let manager = Manager::new(&config)?;
         let pubsub_client = manager.client().clone();
-        let pool = build_pool(manager, config.pool_size);
+        let pool = build_pool(manager, config.pool_size, config.connect_timeout);
         let stop_tasks = CancellationToken::new();
         let core = Arc::new(Core {
             client_id: Arc::from(uuid::Uuid::new_v4().to_string()),

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use crate::client::LockClient;
 use crate::error::{Error, Result};
+use crate::replicas::ReplicaAck;
 use crate::tls::{PemSource, TlsConfig};
 
 /// Default watchdog timeout (the lease of a lock taken without an explicit
@@ -78,6 +79,11 @@ pub struct ClientConfig {
     /// TLS settings for `rediss://` URLs (feature `tls`). Default: the
     /// platform's root certificates, no client certificate, every check on.
     pub tls: TlsConfig,
+    /// Replicas that must acknowledge every fresh acquisition before it is
+    /// handed out (`WAIT`; Redisson's `syncSlaves`). Default none. An
+    /// acquisition can override it ([`AcquireOptions::wait_for_replicas`](crate::AcquireOptions::wait_for_replicas)).
+    /// See the crate docs, "Safety", for what it does and does not guarantee.
+    pub wait_for_replicas: Option<ReplicaAck>,
 }
 
 impl ClientConfig {
@@ -98,6 +104,7 @@ impl ClientConfig {
             max_name_len: DEFAULT_MAX_NAME_LEN,
             token_retention: DEFAULT_TOKEN_RETENTION,
             tls: TlsConfig::default(),
+            wait_for_replicas: None,
         }
     }
 
@@ -143,6 +150,9 @@ impl ClientConfig {
                 self.key_prefix.len(),
                 self.max_name_len
             )));
+        }
+        if let Some(ack) = &self.wait_for_replicas {
+            ack.validate()?;
         }
         let info = self.connection_info()?;
         self.tls
@@ -191,6 +201,7 @@ impl std::fmt::Debug for ClientConfig {
             max_name_len,
             token_retention,
             tls,
+            wait_for_replicas,
         } = self;
         f.debug_struct("ClientConfig")
             .field("url", &redact(url))
@@ -202,6 +213,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("max_name_len", max_name_len)
             .field("token_retention", token_retention)
             .field("tls", tls)
+            .field("wait_for_replicas", wait_for_replicas)
             .finish()
     }
 }
@@ -325,6 +337,21 @@ impl ClientBuilder {
     /// ```
     pub fn watchdog_timeout(mut self, timeout: Duration) -> Self {
         self.config.watchdog_timeout = timeout;
+        self
+    }
+
+    /// Every fresh acquisition of this client waits until `replicas`
+    /// replicas acknowledged it, at most `timeout`; when fewer did, it is
+    /// released and the acquire fails with [`Error::NotReplicated`]
+    /// (see [`ClientConfig::wait_for_replicas`] and the crate docs, "Safety").
+    ///
+    /// ```
+    /// let b = lock_core::ClientBuilder::new("redis://h")
+    ///     .wait_for_replicas(1, std::time::Duration::from_millis(500));
+    /// # let _ = b;
+    /// ```
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.config.wait_for_replicas = Some(ReplicaAck::new(replicas, timeout));
         self
     }
 

@@ -12,6 +12,7 @@
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bb8_redis::bb8;
 use redis::aio::MultiplexedConnection;
@@ -74,6 +75,23 @@ impl Conn {
         result
     }
 
+    /// Sends one command whose reply may take up to `timeout` (a `WAIT`),
+    /// instead of the command time-out.
+    pub(crate) async fn query_within(
+        &mut self,
+        cmd: &Cmd,
+        timeout: Duration,
+    ) -> RedisResult<Value> {
+        let mut inner = self.inner.clone();
+        inner.set_response_timeout(timeout);
+        let result = inner
+            .send_packed_command(cmd)
+            .await
+            .and_then(Value::extract_error);
+        self.note(&result);
+        result
+    }
+
     fn note<T>(&mut self, result: &RedisResult<T>) {
         if let Err(e) = result {
             if is_connection_failure(e) {
@@ -99,7 +117,8 @@ impl Conn {
 /// both sides (see BENCHMARKS.md).
 pub(crate) struct Pool {
     /// Opens connections (`dedicated_connection`: bb8's connector with this
-    /// crate's manager); connections are shared, never checked out.
+    /// crate's manager) and keeps the exclusive ones (`exclusive`); the
+    /// shared connections are never checked out.
     connector: bb8::Pool<Manager>,
     size: usize,
     shared: Mutex<Vec<Conn>>,
@@ -146,6 +165,16 @@ impl Pool {
         let conn = self.connector.dedicated_connection().await?;
         self.lock_shared().push(conn.clone());
         Ok(conn)
+    }
+
+    /// A connection of its own for commands that block it (a `WAIT` after
+    /// a fresh acquisition, see `replicas.rs`): one of up to
+    /// [`EXCLUSIVE_CONNECTIONS`] kept open for this, waiting for one while
+    /// all are out.
+    pub(crate) async fn exclusive(
+        &self,
+    ) -> Result<bb8::PooledConnection<'_, Manager>, crate::error::Error> {
+        Ok(self.connector.get().await?)
     }
 
     /// The next open connection in turn: when `size` are open, or with
@@ -205,9 +234,14 @@ impl bb8::ManageConnection for Manager {
     }
 }
 
-pub(crate) fn build_pool(manager: Manager, size: u32) -> Pool {
+/// How many connections blocking commands may have open at once (see
+/// [`Pool::exclusive`]).
+pub(crate) const EXCLUSIVE_CONNECTIONS: u32 = 16;
+
+pub(crate) fn build_pool(manager: Manager, size: u32, wait_bound: Duration) -> Pool {
     let connector = bb8::Pool::builder()
-        .max_size(size.max(1))
+        .max_size(EXCLUSIVE_CONNECTIONS)
+        .connection_timeout(wait_bound)
         .min_idle(Some(0))
         .test_on_check_out(false)
         .retry_connection(false)

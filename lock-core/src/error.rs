@@ -117,6 +117,27 @@ pub enum Error {
     )]
     NoDefaultClient,
 
+    /// A fresh acquisition was not acknowledged by enough replicas within
+    /// the `wait_for_replicas` time-out ([`ReplicaAck`](crate::ReplicaAck)).
+    /// The hold was released before this error was returned (a release
+    /// that failed leaves the lock to expire with its lease); the caller
+    /// does not hold the lock. Retrying may succeed once the replicas
+    /// catch up.
+    #[error(
+        "lock `{name}` was acquired but {acknowledged} of the {wanted} required replicas \
+         acknowledged it within {waited:?}; it was released"
+    )]
+    NotReplicated {
+        /// The lock's name.
+        name: String,
+        /// Replicas required.
+        wanted: u32,
+        /// Replicas that acknowledged within the time-out.
+        acknowledged: u32,
+        /// The time-out that passed.
+        waited: Duration,
+    },
+
     /// The client was shut down ([`LockClient::shutdown`](crate::LockClient::shutdown)):
     /// it takes no new locks, and waiting acquisitions end with this error.
     #[error("the lock client was shut down; it takes no new locks")]
@@ -187,6 +208,23 @@ impl Error {
     /// ```
     pub fn is_no_default_client(&self) -> bool {
         matches!(self, Error::NoDefaultClient)
+    }
+
+    /// A fresh acquisition lacked the required replica acknowledgements and
+    /// was released (see [`Error::NotReplicated`]).
+    ///
+    /// ```
+    /// # use lock_core::Error;
+    /// let err = Error::NotReplicated {
+    ///     name: "a".into(),
+    ///     wanted: 1,
+    ///     acknowledged: 0,
+    ///     waited: std::time::Duration::from_millis(200),
+    /// };
+    /// assert!(err.is_not_replicated() && !err.is_redis());
+    /// ```
+    pub fn is_not_replicated(&self) -> bool {
+        matches!(self, Error::NotReplicated { .. })
     }
 
     /// The client was shut down and takes no new locks.
@@ -318,8 +356,14 @@ mod tests {
             Error::PoolTimeout,
             Error::NoDefaultClient,
             Error::Closed,
+            Error::NotReplicated {
+                name: "a".into(),
+                wanted: 1,
+                acknowledged: 0,
+                waited: Duration::from_millis(5),
+            },
         ];
-        let flags: Vec<[bool; 7]> = all
+        let flags: Vec<[bool; 8]> = all
             .iter()
             .map(|e| {
                 [
@@ -330,6 +374,7 @@ mod tests {
                     e.is_redis(),
                     e.is_no_default_client(),
                     e.is_closed(),
+                    e.is_not_replicated(),
                 ]
             })
             .collect();

@@ -178,6 +178,11 @@ impl LockGuard {
         HeldLock::new(held.lock.keys.clone(), held.hold.clone(), held.lease)
     }
 
+    /// The hold this guard is one count of.
+    pub(crate) fn hold(&self) -> &Arc<Hold> {
+        &self.held().hold
+    }
+
     /// The lock this guard holds.
     pub(crate) fn lock(&self) -> &Lock {
         &self.held().lock

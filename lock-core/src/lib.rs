@@ -132,6 +132,7 @@
 //! | `RFencedLock.getToken()`      | `guard.fencing_token()`                     |
 //! | thread                        | [`LockContext`] (a task-local re-entry scope) |
 //! | `lockWatchdogTimeout`         | [`ClientBuilder::watchdog_timeout`]         |
+//! | `checkLockSyncedSlaves`, `slavesSyncTimeout` | [`ClientBuilder::wait_for_replicas`] (off by default; see "Safety") |
 //!
 //! # Ownership and re-entry in async code
 //!
@@ -189,6 +190,45 @@
 //! cancelled in the background (undone if Redis applied it, refused if it
 //! arrives later), so the hold count in Redis always equals the guards that
 //! exist.
+//!
+//! # Safety: what a lock on Redis can and cannot promise
+//!
+//! One Redis primary that keeps running gives mutual exclusion up to the
+//! guard's validity (above): no two guards say "held" at once. Two things
+//! can still break "only one of us":
+//!
+//! - **A pause longer than the lease** (Kleppmann's scenario: a GC pause, a
+//!   stopped VM, a blocked runtime). The holder checked `is_held()`, then
+//!   stopped; its lease ran out, another client took the lock, and the
+//!   first one wakes up and writes. No lock can prevent this, because the
+//!   write happens after the check. Only the resource can: pass the
+//!   [fencing token](LockGuard::fencing_token) with every write and have
+//!   the resource refuse tokens lower than the highest it has seen.
+//!   **Fencing is the guarantee; everything else narrows the window.**
+//! - **A failover that loses the acquisition.** Replication is
+//!   asynchronous: a primary can grant a lock, answer, and die before any
+//!   replica has the write. The promoted replica has never heard of the
+//!   hold, and grants the lock again (antirez's answer to Kleppmann names
+//!   this limit of a single replicated Redis).
+//!
+//! [`ClientBuilder::wait_for_replicas`] (or
+//! [`AcquireOptions::wait_for_replicas`] for one acquisition) narrows the
+//! second: after a fresh acquisition (from Redis or handed on by a local
+//! holder) the client writes once more to its hold and runs `WAIT n timeout`
+//! on a connection of its own, and hands the guard out only when `n`
+//! replicas acknowledged everything up to that write. With fewer, the hold
+//! is released and the acquire fails with [`Error::NotReplicated`], so
+//! nobody works under a hold that a failover would forget. Re-entries of a
+//! hold do not wait; renewals and releases are not waited for (a lost
+//! renewal makes the hold expire sooner on the new primary, and the next
+//! renewal reports it lost).
+//!
+//! What it does **not** give: `WAIT` is not consensus. A replica that
+//! acknowledged can still lose the race to be promoted, Sentinel or Cluster
+//! may promote a replica that had not acknowledged, a restart without
+//! persistence forgets everything, and clock jumps on the server shorten
+//! leases. It makes losing a hold in a failover unlikely, not impossible;
+//! keep fencing writes that matter.
 //!
 //! # On the wire (compatible with Redisson)
 //!
@@ -346,6 +386,7 @@ mod lock;
 mod metrics;
 mod pubsub;
 mod queue;
+mod replicas;
 mod run_to_end;
 mod scripts;
 mod shutdown;
@@ -365,6 +406,7 @@ pub use guard::LockGuard;
 pub use held::HeldLock;
 pub use inspect::{LockOwner, LockStatus};
 pub use lock::{AcquireOptions, Lock};
+pub use replicas::ReplicaAck;
 pub use shutdown::ShutdownReport;
 pub use tls::{PemSource, TlsConfig};
 /// The token type of [`HeldLock::cancellation_token`] (tokio-util's).

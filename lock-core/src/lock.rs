@@ -17,6 +17,7 @@ use crate::keys::{LockKeys, UNLOCK_MESSAGE};
 use crate::metrics::{self, AcquireOutcome};
 use crate::pubsub::{Status, Subscription};
 use crate::queue::{Holding, Turn, Waiter};
+use crate::replicas::{Confirmed, ReplicaAck};
 use crate::run_to_end::RunToEnd;
 
 /// How long an acquisition may wait.
@@ -48,6 +49,16 @@ pub struct AcquireOptions {
     wait: Wait,
     lease: Option<Duration>,
     section: bool,
+    replicas: Replicas,
+}
+
+/// Whether a fresh acquisition waits for replicas.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Replicas {
+    /// As the client is configured ([`ClientConfig::wait_for_replicas`](crate::ClientConfig::wait_for_replicas)).
+    Client,
+    Wait(ReplicaAck),
+    Skip,
 }
 
 impl Default for AcquireOptions {
@@ -68,6 +79,7 @@ impl AcquireOptions {
             wait: Wait::Forever,
             lease: None,
             section: false,
+            replicas: Replicas::Client,
         }
     }
 
@@ -124,7 +136,47 @@ impl AcquireOptions {
         self
     }
 
+    /// After a fresh acquisition, wait until `replicas` replicas
+    /// acknowledged it, at most `timeout`; when fewer did, the hold is
+    /// released and the acquire fails with [`Error::NotReplicated`].
+    /// Overrides the client's setting
+    /// ([`ClientBuilder::wait_for_replicas`](crate::ClientBuilder::wait_for_replicas)).
+    /// Re-entries of a hold do not wait. See the crate docs, "Safety".
+    ///
+    /// ```
+    /// let opts = lock_core::AcquireOptions::new()
+    ///     .wait_for_replicas(1, std::time::Duration::from_millis(500));
+    /// # let _ = opts;
+    /// ```
+    pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
+        self.replicas = Replicas::Wait(ReplicaAck::new(replicas, timeout));
+        self
+    }
+
+    /// Do not wait for replicas, whatever the client's setting.
+    ///
+    /// ```
+    /// let opts = lock_core::AcquireOptions::new().skip_replica_wait();
+    /// # let _ = opts;
+    /// ```
+    pub fn skip_replica_wait(mut self) -> Self {
+        self.replicas = Replicas::Skip;
+        self
+    }
+
+    /// The replica acknowledgement this acquisition needs, if any.
+    fn replica_ack(&self, client: Option<ReplicaAck>) -> Option<ReplicaAck> {
+        match self.replicas {
+            Replicas::Client => client,
+            Replicas::Wait(ack) => Some(ack),
+            Replicas::Skip => None,
+        }
+    }
+
     fn validate(&self) -> Result<()> {
+        if let Replicas::Wait(ack) = &self.replicas {
+            ack.validate()?;
+        }
         if let Wait::Bounded(w) = self.wait {
             if w.is_zero() {
                 return Err(Error::InvalidArgument(
@@ -401,8 +453,69 @@ impl Lock {
         if core.closed.is_cancelled() {
             return Err(Error::Closed);
         }
-        self.acquire_in_context(LockContext::current(), options, call)
+        let got = self
+            .acquire_in_context(LockContext::current(), options, call)
+            .await?;
+        match (got, options.replica_ack(core.config.wait_for_replicas)) {
+            (Got::Fresh { guard, via, waited }, Some(ack)) => {
+                let guard = self.confirm_on_replicas(guard, ack).await?;
+                Ok(Got::Fresh { guard, via, waited })
+            }
+            (got, _) => Ok(got),
+        }
+    }
+
+    /// Hands out a fresh hold only once `ack.replicas` replicas have it
+    /// (see `replicas.rs`); otherwise releases it and fails with
+    /// [`Error::NotReplicated`] (or [`Error::Lost`] when it was gone
+    /// already). A caller that stops waiting drops the guard: released as
+    /// any dropped guard.
+    async fn confirm_on_replicas(&self, guard: LockGuard, ack: ReplicaAck) -> Result<LockGuard> {
+        let core = &self.client.inner.core;
+        let started = Instant::now();
+        let acknowledged = match core
+            .confirm_on_replicas(&self.keys, guard.owner_id(), ack)
             .await
+        {
+            Ok(Confirmed::Acknowledged(n)) if n >= ack.replicas() => {
+                tracing::debug!(
+                    replicas = n,
+                    waited_ms = started.elapsed().as_millis() as u64,
+                    "lock acknowledged by replicas"
+                );
+                return Ok(guard);
+            }
+            Ok(Confirmed::Acknowledged(n)) => n,
+            Ok(Confirmed::Gone) => {
+                guard
+                    .hold()
+                    .mark_gone("the hold was gone when replicas were asked to confirm it");
+                // Known gone: no Redis call, the local queue forgets it.
+                return Err(guard.release().await.err().unwrap_or(Error::Lost {
+                    name: self.keys.name.clone(),
+                }));
+            }
+            Err(e) => {
+                // Dropped: released in the background, as any dropped guard.
+                drop(guard);
+                return Err(e);
+            }
+        };
+        tracing::warn!(
+            lock = %self.keys.name,
+            wanted = ack.replicas(),
+            acknowledged,
+            "too few replicas acknowledged a new hold; releasing it"
+        );
+        if let Err(e) = guard.release().await {
+            tracing::warn!(error = %e, "releasing an unacknowledged hold failed; it expires with its lease");
+        }
+        Err(Error::NotReplicated {
+            name: self.keys.name.clone(),
+            wanted: ack.replicas(),
+            acknowledged,
+            waited: ack.timeout(),
+        })
     }
 
     async fn acquire_in_context(

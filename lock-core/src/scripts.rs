@@ -74,6 +74,9 @@ pub(crate) struct Scripts {
     pub(crate) force_unlock: Script,
     /// Undoes an acquire or re-entry whose outcome is unknown.
     pub(crate) cancel: Script,
+    /// A write of an unchanged count by the holder, for `WAIT` to count
+    /// (see `replicas.rs`).
+    pub(crate) confirm: Script,
 }
 
 impl Scripts {
@@ -85,6 +88,7 @@ impl Scripts {
             renew: Script::new(include_str!("scripts/renew.lua")),
             force_unlock: Script::new(include_str!("scripts/force_unlock.lua")),
             cancel: Script::new(include_str!("scripts/cancel.lua")),
+            confirm: Script::new(include_str!("scripts/confirm.lua")),
         }
     }
 }
@@ -103,6 +107,7 @@ mod tests {
             &s.renew.sha,
             &s.force_unlock.sha,
             &s.cancel.sha,
+            &s.confirm.sha,
         ];
         for sha in shas {
             assert_eq!(sha.len(), 40);
@@ -111,7 +116,7 @@ mod tests {
         let mut sorted: Vec<_> = shas.to_vec();
         sorted.sort();
         sorted.dedup();
-        assert_eq!(sorted.len(), 6);
+        assert_eq!(sorted.len(), 7);
     }
 
     #[test]

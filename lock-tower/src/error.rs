@@ -130,6 +130,25 @@ impl LockError {
         self.source.is_closed()
     }
 
+    /// Too few replicas acknowledged the fresh lock within the client's
+    /// `wait_for_replicas` time-out; the lock was released and the request
+    /// did not run. The replicas lag or are down: retrying later (or on
+    /// another replica of the service) may succeed.
+    ///
+    /// ```
+    /// let err = lock_tower::LockError::new("k", lock_core::Error::NotReplicated {
+    ///     name: "k".into(),
+    ///     wanted: 1,
+    ///     acknowledged: 0,
+    ///     waited: std::time::Duration::from_millis(500),
+    /// });
+    /// assert!(err.is_not_replicated() && !err.is_redis());
+    /// assert_eq!(err.reason(), "not_replicated");
+    /// ```
+    pub fn is_not_replicated(&self) -> bool {
+        self.source.is_not_replicated()
+    }
+
     /// The case in one word, the `reason` of the layer's log events and of
     /// its `lock_tower_rejections_total` counter:
     ///
@@ -139,6 +158,7 @@ impl LockError {
     /// | `"invalid_key"` | [`is_invalid_key`](Self::is_invalid_key) |
     /// | `"lost"` | [`is_lost`](Self::is_lost): cancelled by `cancel_on_lost` |
     /// | `"closed"` | [`is_closed`](Self::is_closed): the client was shut down |
+    /// | `"not_replicated"` | [`is_not_replicated`](Self::is_not_replicated): too few replicas acknowledged the lock |
     /// | `"redis"` | anything else: Redis failed ([`is_redis`](Self::is_redis)) |
     ///
     /// ```
@@ -154,6 +174,8 @@ impl LockError {
             "lost"
         } else if self.is_closed() {
             "closed"
+        } else if self.is_not_replicated() {
+            "not_replicated"
         } else {
             "redis"
         }
@@ -188,6 +210,8 @@ impl fmt::Display for LockError {
             write!(f, "invalid lock key `{}`", self.key)
         } else if self.is_lost() {
             write!(f, "lock `{}` was lost", self.key)
+        } else if self.is_not_replicated() {
+            write!(f, "lock `{}` was not acknowledged by replicas", self.key)
         } else {
             write!(f, "could not take lock `{}`", self.key)
         }
@@ -227,12 +251,33 @@ mod tests {
         let redis = LockError::new("k", lock_core::Error::PoolTimeout);
         let invalid = LockError::new("", lock_core::Error::InvalidName { reason: "e".into() });
         let lost = LockError::new("k", lock_core::Error::Lost { name: "k".into() });
-        let flags = |e: &LockError| [e.is_busy(), e.is_redis(), e.is_invalid_key(), e.is_lost()];
-        assert_eq!(flags(&busy), [true, false, false, false]);
-        assert_eq!(flags(&redis), [false, true, false, false]);
-        assert_eq!(flags(&invalid), [false, false, true, false]);
-        assert_eq!(flags(&lost), [false, false, false, true]);
-        let reasons = [&busy, &redis, &invalid, &lost].map(LockError::reason);
-        assert_eq!(reasons, ["busy", "redis", "invalid_key", "lost"]);
+        let unreplicated = LockError::new(
+            "k",
+            lock_core::Error::NotReplicated {
+                name: "k".into(),
+                wanted: 1,
+                acknowledged: 0,
+                waited: std::time::Duration::from_millis(1),
+            },
+        );
+        let flags = |e: &LockError| {
+            [
+                e.is_busy(),
+                e.is_redis(),
+                e.is_invalid_key(),
+                e.is_lost(),
+                e.is_not_replicated(),
+            ]
+        };
+        assert_eq!(flags(&busy), [true, false, false, false, false]);
+        assert_eq!(flags(&redis), [false, true, false, false, false]);
+        assert_eq!(flags(&invalid), [false, false, true, false, false]);
+        assert_eq!(flags(&lost), [false, false, false, true, false]);
+        assert_eq!(flags(&unreplicated), [false, false, false, false, true]);
+        let reasons = [&busy, &redis, &invalid, &lost, &unreplicated].map(LockError::reason);
+        assert_eq!(
+            reasons,
+            ["busy", "redis", "invalid_key", "lost", "not_replicated"]
+        );
     }
 }

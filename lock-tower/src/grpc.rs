@@ -27,6 +27,7 @@ type Rejection = Arc<dyn Fn(&LockError) -> Status + Send + Sync>;
 /// | invalid key: empty or too long | `INVALID_ARGUMENT` |
 /// | lost while the handler ran, with [`cancel_on_lost`](LockLayer::cancel_on_lost) | `ABORTED` (retry at a higher level: the call may have done part of its work) |
 /// | the lock client was shut down ([`LockError::is_closed`]) | `UNAVAILABLE` (another replica can take the call) |
+/// | too few replicas acknowledged the lock ([`LockError::is_not_replicated`]) | `UNAVAILABLE` |
 /// | Redis failed, or anything else | `INTERNAL` |
 ///
 /// This follows the HTTP flavour (503 / 400 / 500) through gRPC's own
@@ -75,6 +76,8 @@ impl Grpc {
             Status::aborted("lock lost, call cancelled")
         } else if err.is_closed() {
             Status::unavailable("shutting down")
+        } else if err.is_not_replicated() {
+            Status::unavailable("lock not acknowledged by replicas")
         } else {
             Status::internal("lock unavailable")
         }

@@ -34,6 +34,7 @@ type Rejection = Arc<dyn Fn(&LockError) -> Response<Bytes> + Send + Sync>;
 /// | invalid key: empty or too long ([`LockError::is_invalid_key`]) | `400 Bad Request` | `invalid lock key` |
 /// | lost while the handler ran, with [`cancel_on_lost`](LockLayer::cancel_on_lost) ([`LockError::is_lost`]) | `503 Service Unavailable`, no `Retry-After` | `lock lost, request cancelled` |
 /// | the lock client was shut down ([`LockError::is_closed`]): this replica is going away | `503 Service Unavailable` | `shutting down` |
+/// | too few replicas acknowledged the lock ([`LockError::is_not_replicated`]; the lock client has `wait_for_replicas`) | `503 Service Unavailable` | `lock not acknowledged by replicas` |
 /// | Redis failed ([`LockError::is_redis`]) or anything else | `500 Internal Server Error` | `lock unavailable` |
 ///
 /// Contention is a 503 with `Retry-After` because that is what clients and
@@ -109,6 +110,11 @@ impl Http {
             )
         } else if err.is_closed() {
             (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+        } else if err.is_not_replicated() {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "lock not acknowledged by replicas\n",
+            )
         } else {
             (StatusCode::INTERNAL_SERVER_ERROR, "lock unavailable\n")
         };

@@ -213,6 +213,7 @@
 //! | `invalid_key` | DEBUG | the key is not a valid lock name (usually the client's input) |
 //! | `lost` | INFO | [`cancel_on_lost`](LockLayer::cancel_on_lost) cancelled a request (lock-core reports the loss itself, at WARN) |
 //! | `closed` | INFO | the lock client was shut down ([`LockError::is_closed`]): 503 / `UNAVAILABLE` |
+//! | `not_replicated` | WARN | too few replicas acknowledged the lock ([`LockError::is_not_replicated`]): 503 / `UNAVAILABLE` |
 //! | `redis` | WARN, with an `error` field | Redis failed |
 //!
 //! Contention and bad input are the normal life of a locked service, so
@@ -228,7 +229,7 @@
 //!
 //! | metric | type | labels |
 //! |---|---|---|
-//! | `lock_tower_rejections_total` | counter | `reason`: `busy`, `invalid_key`, `lost`, `closed`, `redis` (as in "Logging") |
+//! | `lock_tower_rejections_total` | counter | `reason`: `busy`, `invalid_key`, `lost`, `closed`, `not_replicated`, `redis` (as in "Logging") |
 //!
 //! Incremented once per rejection, by every layer of the process. There
 //! is no per-key label: keys are unbounded (one per account, tenant, ...)

@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::error::HarnessError;
 use crate::poll::poll_until;
+use crate::replicated::{info_fields, replica_link_up, ReplicatedPair};
 use crate::resp::RespValue;
 use crate::server::RedisServer;
 
@@ -49,13 +50,7 @@ fn fields(reply: &RespValue) -> HashMap<String, String> {
             .filter_map(|kv| Some((kv.first()?.as_string()?, kv.get(1)?.as_string()?)))
             .collect();
     }
-    reply
-        .as_string()
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split_once(':'))
-        .map(|(k, v)| (k.trim().to_owned(), v.trim().to_owned()))
-        .collect()
+    info_fields(&reply.as_string().unwrap_or_default())
 }
 
 impl SentinelSet {
@@ -64,12 +59,7 @@ impl SentinelSet {
     /// is linked and every sentinel sees the replica and the two other
     /// sentinels.
     pub fn start(name: &str) -> Result<SentinelSet, HarnessError> {
-        let primary = RedisServer::start()?;
-        let replica = RedisServer::builder()
-            .arg("--replicaof")
-            .arg("127.0.0.1")
-            .arg(primary.port().to_string())
-            .start()?;
+        let ReplicatedPair { primary, replica } = ReplicatedPair::start()?;
         let config = format!(
             "sentinel monitor {name} 127.0.0.1 {port} 2\n\
              sentinel down-after-milliseconds {name} {down}\n\
@@ -174,9 +164,7 @@ impl SentinelSet {
             .data
             .get(index)
             .ok_or_else(|| HarnessError::Protocol(format!("no data node {index}")))?;
-        let info = fields(&node.command(&["INFO", "replication"])?);
-        Ok(info.get("role").map(String::as_str) == Some("slave")
-            && info.get("master_link_status").map(String::as_str) == Some("up"))
+        replica_link_up(node)
     }
 
     /// Asks the sentinels for a failover and waits until every running

@@ -645,6 +645,21 @@ impl RedisServer {
         self.command_inner(args, timeout.min(CONNECT_TIMEOUT), timeout)
     }
 
+    /// Sends `commands` one after another on one connection (where that
+    /// matters: `WAIT` counts the writes of its own connection); one reply
+    /// each.
+    ///
+    /// ```
+    /// let server = lock_tests::RedisServer::start()?;
+    /// let replies = server.commands(&[&["SET", "k", "v"], &["GET", "k"]])?;
+    /// assert_eq!(replies[1].as_string().as_deref(), Some("v"));
+    /// # Ok::<(), lock_tests::HarnessError>(())
+    /// ```
+    pub fn commands(&self, commands: &[&[&str]]) -> Result<Vec<RespValue>, HarnessError> {
+        let mut conn = self.connect(CONNECT_TIMEOUT, IO_TIMEOUT)?;
+        commands.iter().map(|args| conn.call(args)).collect()
+    }
+
     fn command_inner(
         &self,
         args: &[&str],
