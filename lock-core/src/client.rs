@@ -808,9 +808,10 @@ impl LockClient {
             ));
         }
         let manager = Manager::new(&config)?;
-        let pubsub_client = manager.client().clone();
-        let pool = build_pool(manager, config.pool_size, config.connect_timeout);
+        let endpoint = manager.endpoint().clone();
         let stop_tasks = CancellationToken::new();
+        endpoint.watch_switches(stop_tasks.clone());
+        let pool = build_pool(manager, config.pool_size, config.connect_timeout);
         let core = Arc::new(Core {
             client_id: Arc::from(uuid::Uuid::new_v4().to_string()),
             pool,
@@ -833,7 +834,7 @@ impl LockClient {
         let watchdog = Watchdog::start(core.clone(), stop_tasks.clone());
         let reporter = core.clone();
         let pubsub = PubSub::start(
-            pubsub_client,
+            endpoint,
             core.config.connect_timeout,
             core.config.command_timeout,
             stop_tasks.clone(),

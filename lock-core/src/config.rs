@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::LockClient;
+use crate::endpoint::SentinelUrl;
 use crate::error::{Error, Result};
 use crate::replicas::ReplicaAck;
 use crate::tls::{PemSource, TlsConfig};
@@ -52,6 +53,14 @@ pub(crate) type ErrorHook = Arc<dyn Fn(&Error) + Send + Sync>;
 pub struct ClientConfig {
     /// Redis URL: `redis://[user[:password]@]host[:port][/db]`, or `rediss://`
     /// for TLS (needs the `tls` feature; see [`tls`](Self::tls)).
+    ///
+    /// Through Sentinel: `redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/<service>[/db]`
+    /// (`rediss+sentinel://` for TLS to sentinels and data nodes; sentinel
+    /// port 26379 by default). The userinfo holds the data nodes'
+    /// credentials; the sentinels' go in `?sentinel_username=..&sentinel_password=..`.
+    /// Every new connection asks the sentinels (in the order given) for the
+    /// primary and checks its `ROLE`; after a failover the client follows
+    /// the new primary (see the crate docs, "Deployments").
     pub url: String,
     /// How many connections the client's commands share. Each is a
     /// multiplexed connection: it carries the commands of many tasks at
@@ -154,9 +163,17 @@ impl ClientConfig {
         if let Some(ack) = &self.wait_for_replicas {
             ack.validate()?;
         }
-        let info = self.connection_info()?;
-        self.tls
-            .validate(matches!(info.addr(), redis::ConnectionAddr::TcpTls { .. }))
+        if !cfg!(feature = "tls") && is_tls_url(&self.url) {
+            return Err(Error::InvalidArgument(crate::tls::FEATURE_MISSING.into()));
+        }
+        let tls = match SentinelUrl::parse(&self.url)? {
+            Some(sentinel) => sentinel.tls,
+            None => matches!(
+                self.connection_info()?.addr(),
+                redis::ConnectionAddr::TcpTls { .. }
+            ),
+        };
+        self.tls.validate(tls)
     }
 
     pub(crate) fn connection_info(&self) -> Result<redis::ConnectionInfo> {
@@ -184,7 +201,9 @@ fn is_tls_url(url: &str) -> bool {
     url.trim_start()
         .split_once("://")
         .is_some_and(|(scheme, _)| {
-            scheme.eq_ignore_ascii_case("rediss") || scheme.eq_ignore_ascii_case("valkeys")
+            scheme.eq_ignore_ascii_case("rediss")
+                || scheme.eq_ignore_ascii_case("valkeys")
+                || scheme.eq_ignore_ascii_case("rediss+sentinel")
         })
 }
 
@@ -240,7 +259,9 @@ fn redact(url: &str) -> String {
             let pairs: Vec<String> = query
                 .split('&')
                 .map(|pair| match pair.split_once('=') {
-                    Some((name, _)) if name == "pass" || name == "password" => {
+                    Some((name, _))
+                        if name == "pass" || name == "password" || name == "sentinel_password" =>
+                    {
                         format!("{name}=***")
                     }
                     _ => pair.to_string(),

@@ -19,31 +19,32 @@ use redis::aio::MultiplexedConnection;
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisError, RedisResult, Value};
 
 use crate::config::ClientConfig;
+use crate::endpoint::{is_read_only, Endpoint};
 use crate::eviction::EvictionCheck;
 
 /// Opens the client's connections.
 #[derive(Debug)]
 pub(crate) struct Manager {
-    client: redis::Client,
+    endpoint: Arc<Endpoint>,
     config: AsyncConnectionConfig,
 }
 
 impl Manager {
-    /// A manager for the configured server: URL, time-outs and TLS
-    /// settings (CA and client certificate files are read here).
+    /// A manager for the configured server: URL (one server, or Sentinel),
+    /// time-outs and TLS settings (CA and client certificate files are
+    /// read here).
     pub(crate) fn new(config: &ClientConfig) -> crate::error::Result<Self> {
         Ok(Manager {
-            client: crate::tls::redis_client(config.connection_info()?, &config.tls)?,
+            endpoint: Arc::new(Endpoint::new(config)?),
             config: AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(config.connect_timeout))
                 .set_response_timeout(Some(config.command_timeout)),
         })
     }
 
-    /// The redis-rs client (TLS settings included), for the dedicated
-    /// pub/sub connection.
-    pub(crate) fn client(&self) -> &redis::Client {
-        &self.client
+    /// Where connections go, for the dedicated pub/sub connection.
+    pub(crate) fn endpoint(&self) -> &Arc<Endpoint> {
+        &self.endpoint
     }
 }
 
@@ -53,6 +54,8 @@ impl Manager {
 pub(crate) struct Conn {
     inner: MultiplexedConnection,
     broken: Arc<AtomicBool>,
+    /// The endpoint's generation when it was opened (see `Endpoint::generation`).
+    generation: u64,
 }
 
 impl Conn {
@@ -120,6 +123,7 @@ pub(crate) struct Pool {
     /// crate's manager) and keeps the exclusive ones (`exclusive`); the
     /// shared connections are never checked out.
     connector: bb8::Pool<Manager>,
+    endpoint: Arc<Endpoint>,
     size: usize,
     shared: Mutex<Vec<Conn>>,
     next: AtomicUsize,
@@ -180,8 +184,9 @@ impl Pool {
     /// The next open connection in turn: when `size` are open, or with
     /// `any`, when at least one is. Broken ones are forgotten here.
     fn pick(&self, any: bool) -> Option<Conn> {
+        let generation = self.generation();
         let mut shared = self.lock_shared();
-        shared.retain(|c| !c.is_broken());
+        shared.retain(|c| !c.is_broken() && c.generation == generation);
         if shared.is_empty() || (!any && shared.len() < self.size) {
             return None;
         }
@@ -196,6 +201,12 @@ impl Pool {
         self.lock_shared().clear();
     }
 
+    /// The endpoint's generation: connections of an older one go to a
+    /// node that may no longer be the primary.
+    fn generation(&self) -> u64 {
+        self.endpoint.generation()
+    }
+
     fn live(&self) -> usize {
         self.lock_shared().iter().filter(|c| !c.is_broken()).count()
     }
@@ -205,8 +216,14 @@ impl Pool {
     }
 }
 
+/// A failure that means the connection must go: I/O, time-outs, and a
+/// node that became a replica (`READONLY`: a failover moved the primary).
 pub(crate) fn is_connection_failure(e: &RedisError) -> bool {
-    e.is_io_error() || e.is_connection_dropped() || e.is_timeout() || e.is_unrecoverable_error()
+    e.is_io_error()
+        || e.is_connection_dropped()
+        || e.is_timeout()
+        || e.is_unrecoverable_error()
+        || is_read_only(e)
 }
 
 impl bb8::ManageConnection for Manager {
@@ -214,14 +231,18 @@ impl bb8::ManageConnection for Manager {
     type Error = RedisError;
 
     async fn connect(&self) -> Result<Conn, RedisError> {
-        let inner = self
-            .client
+        // Read first: a switch while connecting makes this one old at once.
+        let generation = self.endpoint.generation();
+        let client = self.endpoint.client().await?;
+        let mut inner = client
             .get_multiplexed_async_connection_with_config(&self.config)
             .await
             .map_err(crate::tls::explain)?;
+        self.endpoint.check(&mut inner).await?;
         Ok(Conn {
             inner,
             broken: Arc::new(AtomicBool::new(false)),
+            generation,
         })
     }
 
@@ -230,7 +251,7 @@ impl bb8::ManageConnection for Manager {
     }
 
     fn has_broken(&self, conn: &mut Conn) -> bool {
-        conn.is_broken()
+        conn.is_broken() || conn.generation != self.endpoint.generation()
     }
 }
 
@@ -239,6 +260,7 @@ impl bb8::ManageConnection for Manager {
 pub(crate) const EXCLUSIVE_CONNECTIONS: u32 = 16;
 
 pub(crate) fn build_pool(manager: Manager, size: u32, wait_bound: Duration) -> Pool {
+    let endpoint = manager.endpoint.clone();
     let connector = bb8::Pool::builder()
         .max_size(EXCLUSIVE_CONNECTIONS)
         .connection_timeout(wait_bound)
@@ -248,6 +270,7 @@ pub(crate) fn build_pool(manager: Manager, size: u32, wait_bound: Duration) -> P
         .build_unchecked(manager);
     Pool {
         connector,
+        endpoint,
         size: size.max(1) as usize,
         shared: Mutex::new(Vec::new()),
         next: AtomicUsize::new(0),

@@ -242,10 +242,13 @@ impl Error {
     /// The connection a command was sent on turned out to be closed or
     /// broken (not a time-out, not a refused connect): one retry on a fresh
     /// connection is worth it where the command is safe to repeat.
+    /// A `READONLY` reply counts too: the node became a replica (a
+    /// failover), and refused the write without running it.
     pub(crate) fn is_stale_connection(&self) -> bool {
-        matches!(self, Error::Redis(e) if (e.is_connection_dropped() || e.is_io_error())
+        matches!(self, Error::Redis(e) if ((e.is_connection_dropped() || e.is_io_error())
             && !e.is_timeout()
             && !e.is_connection_refusal())
+            || crate::endpoint::is_read_only(e))
     }
 
     pub(crate) fn is_transient(&self) -> bool {
@@ -262,6 +265,7 @@ impl Error {
                         redis::ErrorKind::Server(redis::ServerErrorKind::BusyLoading)
                             | redis::ErrorKind::Server(redis::ServerErrorKind::TryAgain)
                             | redis::ErrorKind::Server(redis::ServerErrorKind::MasterDown)
+                            | redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
                     )
             }
             _ => false,

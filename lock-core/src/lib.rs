@@ -375,6 +375,7 @@ mod config;
 mod connection;
 mod context;
 mod default_client;
+mod endpoint;
 mod error;
 mod eviction;
 mod guard;

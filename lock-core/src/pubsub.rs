@@ -18,6 +18,7 @@ use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
+use crate::endpoint::Endpoint;
 use crate::keys::UNLOCK_MESSAGE;
 
 const MIN_BACKOFF: Duration = Duration::from_millis(20);
@@ -182,7 +183,7 @@ impl Shared {
 impl PubSub {
     /// Starts the hub's task on the current runtime.
     pub(crate) fn start(
-        client: redis::Client,
+        endpoint: Arc<Endpoint>,
         connect_timeout: Duration,
         command_timeout: Duration,
         shutdown: CancellationToken,
@@ -198,7 +199,7 @@ impl PubSub {
         tokio::spawn(run(
             shared.clone(),
             rx,
-            client,
+            endpoint,
             connect_timeout,
             command_timeout,
             shutdown,
@@ -315,17 +316,26 @@ impl Drop for Subscription {
 async fn run(
     shared: Arc<Shared>,
     mut commands: mpsc::UnboundedReceiver<Command>,
-    client: redis::Client,
+    endpoint: Arc<Endpoint>,
     connect_timeout: Duration,
     command_timeout: Duration,
     shutdown: CancellationToken,
 ) {
     let mut backoff = MIN_BACKOFF;
+    // With Sentinel: a new primary moves this connection there.
+    let mut switches = endpoint.switches();
     loop {
+        let connect = async {
+            let client = endpoint.client().await?;
+            client.get_async_pubsub().await
+        };
         let connected = tokio::select! {
             _ = shutdown.cancelled() => return,
-            r = tokio::time::timeout(connect_timeout, client.get_async_pubsub()) => r,
+            r = tokio::time::timeout(connect_timeout, connect) => r,
         };
+        if let Some(switches) = &mut switches {
+            switches.mark_unchanged();
+        }
         let pubsub = match connected {
             Ok(Ok(p)) => p,
             Ok(Err(e)) => {
@@ -388,6 +398,10 @@ async fn run(
         loop {
             tokio::select! {
                 _ = shutdown.cancelled() => return,
+                _ = primary_switched(&mut switches) => {
+                    tracing::debug!("lock pub/sub moves to the new primary");
+                    break;
+                }
                 _ = health.tick() => {
                     // Any reply will do: a subscribed RESP2 connection
                     // answers ["pong", ""], RESP3 and an idle one "PONG".
@@ -441,6 +455,18 @@ async fn run(
     }
 }
 
+/// Resolves when the endpoint names a new primary; never without Sentinel.
+async fn primary_switched(switches: &mut Option<watch::Receiver<u64>>) {
+    match switches {
+        Some(rx) => {
+            if rx.changed().await.is_err() {
+                std::future::pending::<()>().await;
+            }
+        }
+        None => std::future::pending().await,
+    }
+}
+
 /// A refusal by the server's ACL (not a broken connection).
 fn is_denied(e: &redis::RedisError) -> bool {
     e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm)
@@ -465,7 +491,7 @@ mod tests {
         let client = redis::Client::open("redis://127.0.0.1:1").expect("static url");
         let shutdown = CancellationToken::new();
         let hub = PubSub::start(
-            client,
+            Arc::new(Endpoint::Direct(client)),
             Duration::from_millis(50),
             Duration::from_millis(50),
             shutdown.clone(),

@@ -96,6 +96,17 @@ impl SentinelSet {
         Ok(set)
     }
 
+    /// The client URL of the set: `redis+sentinel://` with the three
+    /// sentinels' addresses and the name (lock-core's Sentinel URL form).
+    pub fn url(&self) -> String {
+        let hosts: Vec<String> = self
+            .sentinels
+            .iter()
+            .map(|s| format!("127.0.0.1:{}", s.port()))
+            .collect();
+        format!("redis+sentinel://{}/{}", hosts.join(","), self.name)
+    }
+
     /// The name the sentinels monitor the primary under.
     pub fn name(&self) -> &str {
         &self.name

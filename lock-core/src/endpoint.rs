@@ -1,0 +1,567 @@
+//! Where the client's connections go: one server at a fixed address
+//! (`redis://`, `rediss://`, `redis+unix://`), or the primary that Redis
+//! Sentinel names (`redis+sentinel://`, `rediss+sentinel://`).
+//!
+//! With Sentinel, every new connection (a command connection after the
+//! last one broke, the pub/sub connection, an exclusive connection) asks
+//! the sentinels for the primary's address, connects there and checks with
+//! `ROLE` that the node is a primary. A reply that says the node is no
+//! longer the primary (`READONLY`), or a broken connection, makes the next
+//! command connect again, so the client follows a failover; when the
+//! address changes, the pub/sub connection moves to the new primary too
+//! ([`Endpoint::switches`]).
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures_util::StreamExt;
+use redis::{ConnectionAddr, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::ClientConfig;
+use crate::error::{Error, Result};
+use crate::tls::TlsConfig;
+
+/// The port of a sentinel given without one.
+pub(crate) const DEFAULT_SENTINEL_PORT: u16 = 26379;
+
+/// Where connections go.
+#[derive(Debug)]
+pub(crate) enum Endpoint {
+    /// One server at a fixed address.
+    Direct(redis::Client),
+    /// The primary that the sentinels name.
+    Sentinel(SentinelPrimary),
+}
+
+impl Endpoint {
+    /// The endpoint of `config.url` (TLS files are read here).
+    pub(crate) fn new(config: &ClientConfig) -> Result<Endpoint> {
+        match SentinelUrl::parse(&config.url)? {
+            Some(url) => Ok(Endpoint::Sentinel(SentinelPrimary::new(url, config)?)),
+            None => Ok(Endpoint::Direct(crate::tls::redis_client(
+                config.connection_info()?,
+                &config.tls,
+            )?)),
+        }
+    }
+
+    /// A client for the server to connect to now: the fixed one, or the
+    /// primary the sentinels name at this moment.
+    pub(crate) async fn client(&self) -> RedisResult<redis::Client> {
+        match self {
+            Endpoint::Direct(client) => Ok(client.clone()),
+            Endpoint::Sentinel(sentinel) => sentinel.primary_client().await,
+        }
+    }
+
+    /// Checks a fresh connection: with Sentinel, that the node is the
+    /// primary (a failover may have demoted it since the sentinels answered).
+    pub(crate) async fn check(
+        &self,
+        conn: &mut redis::aio::MultiplexedConnection,
+    ) -> RedisResult<()> {
+        match self {
+            Endpoint::Direct(_) => Ok(()),
+            Endpoint::Sentinel(sentinel) => sentinel.check_primary(conn).await,
+        }
+    }
+
+    /// Changes of the primary (Sentinel only): the pub/sub connection
+    /// reconnects when it changes.
+    pub(crate) fn switches(&self) -> Option<watch::Receiver<u64>> {
+        match self {
+            Endpoint::Direct(_) => None,
+            Endpoint::Sentinel(sentinel) => Some(sentinel.switches.subscribe()),
+        }
+    }
+
+    /// How many times the primary changed so far (always 0 without
+    /// Sentinel): a connection opened under an older count goes to a
+    /// node that may no longer be the primary, and is not used again.
+    pub(crate) fn generation(&self) -> u64 {
+        match self {
+            Endpoint::Direct(_) => 0,
+            Endpoint::Sentinel(sentinel) => *sentinel.switches.borrow(),
+        }
+    }
+
+    /// With Sentinel: starts listening for the sentinels' `+switch-master`
+    /// announcements (until `shutdown`), so that the client moves to a new
+    /// primary as soon as the sentinels name it, not only when the old one
+    /// refuses a write or stops answering.
+    pub(crate) fn watch_switches(self: &Arc<Self>, shutdown: CancellationToken) {
+        if let Endpoint::Sentinel(_) = **self {
+            tokio::spawn(watch_sentinels(self.clone(), shutdown));
+        }
+    }
+}
+
+/// Listens on one sentinel at a time for `+switch-master <service> ...`;
+/// moves to the next sentinel when the connection ends.
+async fn watch_sentinels(endpoint: Arc<Endpoint>, shutdown: CancellationToken) {
+    let Endpoint::Sentinel(sentinel) = &*endpoint else {
+        return;
+    };
+    let mut backoff = Duration::from_millis(50);
+    for index in (0..sentinel.sentinels.len()).cycle() {
+        let client = &sentinel.sentinels[index];
+        let connect = async {
+            let mut pubsub = client.get_async_pubsub().await?;
+            pubsub.subscribe(SWITCH_CHANNEL).await?;
+            Ok::<_, RedisError>(pubsub)
+        };
+        let connected = tokio::select! {
+            _ = shutdown.cancelled() => return,
+            r = tokio::time::timeout(sentinel.connect_timeout + sentinel.command_timeout, connect) => r,
+        };
+        let mut pubsub = match connected {
+            Ok(Ok(p)) => p,
+            _ => {
+                tracing::debug!(sentinel = %sentinel.sentinel_addrs[index], "cannot listen for failovers on this sentinel; trying the next");
+                tokio::select! {
+                    _ = shutdown.cancelled() => return,
+                    _ = tokio::time::sleep(backoff) => {}
+                }
+                backoff = (backoff * 2).min(Duration::from_secs(2));
+                continue;
+            }
+        };
+        backoff = Duration::from_millis(50);
+        // A switch while nobody listened: compare with the sentinels now.
+        if let Err(e) = sentinel.primary_client().await {
+            tracing::debug!(error = %e, "sentinel lookup after (re)subscribing failed");
+        }
+        let mut messages = pubsub.on_message();
+        loop {
+            let message = tokio::select! {
+                _ = shutdown.cancelled() => return,
+                m = messages.next() => m,
+            };
+            let Some(message) = message else { break };
+            let payload = String::from_utf8_lossy(message.get_payload_bytes()).into_owned();
+            let mut words = payload.split_whitespace();
+            if words.next() != Some(sentinel.service.as_str()) {
+                continue;
+            }
+            let new_primary = words.skip(2).take(2).collect::<Vec<_>>().join(":");
+            tracing::warn!(service = %sentinel.service, primary = %new_primary, "sentinel announced a new primary; following it");
+            sentinel.switched();
+        }
+    }
+}
+
+/// The sentinels' channel for "a failover chose a new primary".
+const SWITCH_CHANNEL: &str = "+switch-master";
+
+/// The parts of a `redis+sentinel://` URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct SentinelUrl {
+    pub(crate) tls: bool,
+    pub(crate) sentinels: Vec<(String, u16)>,
+    pub(crate) service: String,
+    pub(crate) db: i64,
+    /// Credentials of the data nodes (the URL's userinfo).
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
+    /// Credentials of the sentinels (`sentinel_username`, `sentinel_password`).
+    pub(crate) sentinel_username: Option<String>,
+    pub(crate) sentinel_password: Option<String>,
+}
+
+impl SentinelUrl {
+    /// `None` for a URL of another scheme; an error names what is wrong
+    /// with a Sentinel URL (passwords never appear in it).
+    ///
+    /// `redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/service[/db]
+    /// [?sentinel_username=..&sentinel_password=..]`, `rediss+sentinel://` for TLS.
+    pub(crate) fn parse(url: &str) -> Result<Option<SentinelUrl>> {
+        let url = url.trim();
+        let Some((scheme, rest)) = url.split_once("://") else {
+            return Ok(None);
+        };
+        let tls = if scheme.eq_ignore_ascii_case("redis+sentinel") {
+            false
+        } else if scheme.eq_ignore_ascii_case("rediss+sentinel") {
+            true
+        } else {
+            return Ok(None);
+        };
+        let bad = |why: &str| Error::InvalidArgument(format!("invalid sentinel url: {why}"));
+        let (rest, query) = match rest.split_once('?') {
+            Some((r, q)) => (r, Some(q)),
+            None => (rest, None),
+        };
+        // The userinfo ends at the last `@` (a password may hold `@`).
+        let (userinfo, rest) = match rest.rfind('@') {
+            Some(i) => (Some(&rest[..i]), &rest[i + 1..]),
+            None => (None, rest),
+        };
+        let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let mut sentinels = Vec::new();
+        for host in hosts.split(',') {
+            sentinels.push(host_port(host).ok_or_else(|| {
+                bad(&format!(
+                    "`{host}` is not host[:port] (list sentinels as host1:26379,host2:26379)"
+                ))
+            })?);
+        }
+        let mut parts = path.split('/').filter(|p| !p.is_empty());
+        let service = parts
+            .next()
+            .map(decode)
+            .ok_or_else(|| bad("no service name (redis+sentinel://host:26379/<service>)"))?;
+        let db = match parts.next() {
+            Some(db) => db
+                .parse::<i64>()
+                .ok()
+                .filter(|d| *d >= 0)
+                .ok_or_else(|| bad(&format!("database `{db}` is not a number")))?,
+            None => 0,
+        };
+        if parts.next().is_some() {
+            return Err(bad("the path is /<service>[/<db>]"));
+        }
+        let (username, password) = match userinfo {
+            Some(info) => match info.split_once(':') {
+                Some((u, p)) => (non_empty(decode(u)), Some(decode(p))),
+                None => (non_empty(decode(info)), None),
+            },
+            None => (None, None),
+        };
+        let mut parsed = SentinelUrl {
+            tls,
+            sentinels,
+            service,
+            db,
+            username,
+            password,
+            sentinel_username: None,
+            sentinel_password: None,
+        };
+        for pair in query
+            .into_iter()
+            .flat_map(|q| q.split('&'))
+            .filter(|p| !p.is_empty())
+        {
+            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+            match name {
+                "sentinel_username" => parsed.sentinel_username = Some(decode(value)),
+                "sentinel_password" => parsed.sentinel_password = Some(decode(value)),
+                other => {
+                    return Err(bad(&format!(
+                        "unknown parameter `{other}` (known: sentinel_username, sentinel_password)"
+                    )))
+                }
+            }
+        }
+        Ok(Some(parsed))
+    }
+}
+
+fn non_empty(s: String) -> Option<String> {
+    (!s.is_empty()).then_some(s)
+}
+
+/// `host[:port]` or `[v6]:port`; the port defaults to 26379.
+fn host_port(s: &str) -> Option<(String, u16)> {
+    let s = s.trim();
+    if s.is_empty() {
+        return None;
+    }
+    if let Some(rest) = s.strip_prefix('[') {
+        let (host, after) = rest.split_once(']')?;
+        let port = match after.strip_prefix(':') {
+            Some(p) => p.parse().ok()?,
+            None if after.is_empty() => DEFAULT_SENTINEL_PORT,
+            None => return None,
+        };
+        return Some((host.to_owned(), port));
+    }
+    match s.rsplit_once(':') {
+        Some((host, port)) if !host.is_empty() && !host.contains(':') => {
+            Some((host.to_owned(), port.parse().ok()?))
+        }
+        Some(_) => None,
+        None => Some((s.to_owned(), DEFAULT_SENTINEL_PORT)),
+    }
+}
+
+/// Percent-decodes a URL part (`%40` → `@`); invalid escapes stay as written.
+fn decode(s: &str) -> String {
+    let bytes = s.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |b: u8| (b as char).to_digit(16);
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let (Some(h), Some(l)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+/// The primary that a set of sentinels names for one service.
+pub(crate) struct SentinelPrimary {
+    service: String,
+    sentinels: Vec<redis::Client>,
+    /// Addresses of `sentinels`, for messages.
+    sentinel_addrs: Vec<String>,
+    tls: bool,
+    node_settings: redis::RedisConnectionInfo,
+    tls_config: TlsConfig,
+    connect_timeout: Duration,
+    command_timeout: Duration,
+    /// The primary's address as last resolved.
+    current: Mutex<Option<(String, u16)>>,
+    /// Bumped when the resolved address changes.
+    switches: watch::Sender<u64>,
+}
+
+impl std::fmt::Debug for SentinelPrimary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SentinelPrimary")
+            .field("service", &self.service)
+            .field("sentinels", &self.sentinel_addrs)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SentinelPrimary {
+    fn new(url: SentinelUrl, config: &ClientConfig) -> Result<SentinelPrimary> {
+        let mut sentinel_settings = redis::RedisConnectionInfo::default();
+        if let Some(u) = &url.sentinel_username {
+            sentinel_settings = sentinel_settings.set_username(u);
+        }
+        if let Some(p) = &url.sentinel_password {
+            sentinel_settings = sentinel_settings.set_password(p);
+        }
+        let mut sentinels = Vec::with_capacity(url.sentinels.len());
+        let mut sentinel_addrs = Vec::with_capacity(url.sentinels.len());
+        for (host, port) in &url.sentinels {
+            let info =
+                node_info(url.tls, host, *port)?.set_redis_settings(sentinel_settings.clone());
+            sentinels.push(crate::tls::redis_client(info, &config.tls)?);
+            sentinel_addrs.push(format!("{host}:{port}"));
+        }
+        let mut node_settings = redis::RedisConnectionInfo::default().set_db(url.db);
+        if let Some(u) = &url.username {
+            node_settings = node_settings.set_username(u);
+        }
+        if let Some(p) = &url.password {
+            node_settings = node_settings.set_password(p);
+        }
+        Ok(SentinelPrimary {
+            service: url.service,
+            sentinels,
+            sentinel_addrs,
+            tls: url.tls,
+            node_settings,
+            tls_config: config.tls.clone(),
+            connect_timeout: config.connect_timeout,
+            command_timeout: config.command_timeout,
+            current: Mutex::new(None),
+            switches: watch::channel(0).0,
+        })
+    }
+
+    /// Asks the sentinels in turn for the primary's address; a client for it.
+    async fn primary_client(&self) -> RedisResult<redis::Client> {
+        let (host, port) = self.resolve().await?;
+        let info = node_info(self.tls, &host, port)
+            .map_err(|e| failed("the primary's address", e.to_string()))?
+            .set_redis_settings(self.node_settings.clone());
+        let client = crate::tls::redis_client(info, &self.tls_config)
+            .map_err(|e| failed("the primary's address", e.to_string()))?;
+        let changed = {
+            let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+            let changed = current.as_ref().is_some_and(|c| *c != (host.clone(), port));
+            *current = Some((host.clone(), port));
+            changed
+        };
+        if changed {
+            tracing::warn!(service = %self.service, primary = %format!("{host}:{port}"), "sentinel names a new primary; following it");
+            self.switched();
+        }
+        Ok(client)
+    }
+
+    /// The primary changed: connections opened before are not used again,
+    /// and the pub/sub connection moves.
+    fn switched(&self) {
+        self.switches.send_modify(|n| *n += 1);
+    }
+
+    async fn resolve(&self) -> RedisResult<(String, u16)> {
+        let mut failures = Vec::new();
+        for (sentinel, addr) in self.sentinels.iter().zip(&self.sentinel_addrs) {
+            let asked = tokio::time::timeout(
+                self.connect_timeout + self.command_timeout,
+                self.ask(sentinel),
+            )
+            .await;
+            match asked {
+                Ok(Ok(Some(found))) => return Ok(found),
+                Ok(Ok(None)) => {
+                    failures.push(format!("{addr}: no primary named `{}`", self.service))
+                }
+                Ok(Err(e)) => failures.push(format!("{addr}: {e}")),
+                Err(_) => failures.push(format!("{addr}: timed out")),
+            }
+        }
+        Err(failed(
+            "no sentinel named the primary",
+            format!("service `{}`: {}", self.service, failures.join("; ")),
+        ))
+    }
+
+    async fn ask(&self, sentinel: &redis::Client) -> RedisResult<Option<(String, u16)>> {
+        let config = redis::AsyncConnectionConfig::new()
+            .set_connection_timeout(Some(self.connect_timeout))
+            .set_response_timeout(Some(self.command_timeout));
+        let mut conn = sentinel
+            .get_multiplexed_async_connection_with_config(&config)
+            .await
+            .map_err(crate::tls::explain)?;
+        let mut cmd = redis::cmd("SENTINEL");
+        cmd.arg("GET-MASTER-ADDR-BY-NAME").arg(&self.service);
+        match conn.send_packed_command(&cmd).await? {
+            Value::Array(items) => match items.as_slice() {
+                [host, port] => {
+                    let host = text(host);
+                    let port = text(port).and_then(|p| p.parse::<u16>().ok());
+                    match (host, port) {
+                        (Some(h), Some(p)) => Ok(Some((h, p))),
+                        _ => Err(failed("sentinel reply", format!("{items:?}"))),
+                    }
+                }
+                _ => Err(failed("sentinel reply", format!("{items:?}"))),
+            },
+            Value::Nil => Ok(None),
+            other => Err(failed("sentinel reply", format!("{other:?}"))),
+        }
+    }
+
+    async fn check_primary(&self, conn: &mut redis::aio::MultiplexedConnection) -> RedisResult<()> {
+        let reply = conn.send_packed_command(&redis::cmd("ROLE")).await?;
+        let role = match &reply {
+            Value::Array(items) => items.first().and_then(text),
+            _ => None,
+        };
+        match role.as_deref() {
+            Some("master") => Ok(()),
+            _ => Err(RedisError::from((
+                ErrorKind::Server(ServerErrorKind::MasterDown),
+                "the node the sentinels named is not a primary (a failover is under way)",
+                format!("service `{}`, ROLE {reply:?}", self.service),
+            ))),
+        }
+    }
+}
+
+fn text(v: &Value) -> Option<String> {
+    match v {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// The connection info of a node at `host:port` (TLS or not), default settings.
+fn node_info(tls: bool, host: &str, port: u16) -> Result<redis::ConnectionInfo> {
+    use redis::IntoConnectionInfo;
+    let addr = if tls {
+        ConnectionAddr::TcpTls {
+            host: host.to_owned(),
+            port,
+            insecure: false,
+            tls_params: None,
+        }
+    } else {
+        ConnectionAddr::Tcp(host.to_owned(), port)
+    };
+    addr.into_connection_info()
+        .map_err(|e| Error::InvalidArgument(format!("invalid sentinel url: {host}:{port}: {e}")))
+}
+
+fn failed(what: &'static str, detail: String) -> RedisError {
+    RedisError::from((ErrorKind::Io, what, detail))
+}
+
+/// A failover symptom: the node answered that it is a replica now.
+pub(crate) fn is_read_only(e: &RedisError) -> bool {
+    e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(url: &str) -> SentinelUrl {
+        match SentinelUrl::parse(url) {
+            Ok(Some(u)) => u,
+            other => panic!("{url}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn other_schemes_are_not_sentinel_urls() {
+        for url in ["redis://h", "rediss://h:1", "redis+unix:///s", "nonsense"] {
+            assert!(matches!(SentinelUrl::parse(url), Ok(None)), "{url}");
+        }
+    }
+
+    #[test]
+    fn hosts_service_db_and_credentials() {
+        let u = parse("redis+sentinel://app:p%40ss@10.0.0.1,10.0.0.2:26380,[::1]:5/locks/3?sentinel_password=s3&sentinel_username=sen");
+        assert!(!u.tls);
+        assert_eq!(
+            u.sentinels,
+            [
+                ("10.0.0.1".to_owned(), 26379),
+                ("10.0.0.2".to_owned(), 26380),
+                ("::1".to_owned(), 5)
+            ]
+        );
+        assert_eq!((u.service.as_str(), u.db), ("locks", 3));
+        assert_eq!(u.username.as_deref(), Some("app"));
+        assert_eq!(u.password.as_deref(), Some("p@ss"));
+        assert_eq!(u.sentinel_username.as_deref(), Some("sen"));
+        assert_eq!(u.sentinel_password.as_deref(), Some("s3"));
+        let t = parse("rediss+sentinel://:pw@h/svc");
+        assert!(t.tls);
+        assert_eq!((t.username, t.password.as_deref()), (None, Some("pw")));
+    }
+
+    #[test]
+    fn mistakes_are_named() {
+        let cases = [
+            ("redis+sentinel://h:26379", "no service name"),
+            ("redis+sentinel://h:x/svc", "is not host[:port]"),
+            ("redis+sentinel://h,,g/svc", "is not host[:port]"),
+            ("redis+sentinel://h/svc/x", "database `x`"),
+            ("redis+sentinel://h/svc/0/more", "the path is"),
+            ("redis+sentinel://h/svc?tls=1", "unknown parameter `tls`"),
+        ];
+        for (url, want) in cases {
+            match SentinelUrl::parse(url) {
+                Err(e) => assert!(e.to_string().contains(want), "{url}: {e}"),
+                Ok(u) => panic!("{url} accepted: {u:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn escapes_decode_and_bad_ones_stay() {
+        assert_eq!(decode("a%2Fb%3a"), "a/b:");
+        assert_eq!(decode("100%"), "100%");
+        assert_eq!(decode("%zz"), "%zz");
+    }
+}
