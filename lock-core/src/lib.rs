@@ -191,6 +191,24 @@
 //! arrives later), so the hold count in Redis always equals the guards that
 //! exist.
 //!
+//! # Deployments
+//!
+//! - **One server**: `redis://host:6379` (`rediss://` with the `tls` feature).
+//! - **Sentinel**: `redis+sentinel://host1:26379,host2:26379/<service>`
+//!   (see [`ClientConfig::url`] for credentials and TLS). Connections go to
+//!   the primary the sentinels name; on `+switch-master` (or a `READONLY`
+//!   reply) the client moves to the new primary. Holds the new primary
+//!   lacks are reported lost by their next renewal.
+//!
+//! ```no_run
+//! # async fn demo() -> lock_core::Result<()> {
+//! let client = lock_core::LockClient::connect(
+//!     "redis+sentinel://10.0.0.1:26379,10.0.0.2:26379,10.0.0.3:26379/locks",
+//! )
+//! .await?;
+//! # Ok(()) }
+//! ```
+//!
 //! # Safety: what a lock on Redis can and cannot promise
 //!
 //! One Redis primary that keeps running gives mutual exclusion up to the
