@@ -19,6 +19,7 @@ use crate::metrics;
 use crate::pubsub::PubSub;
 use crate::queue::LocalQueues;
 use crate::scripts::{Script, Scripts};
+use crate::sharding::Sharding;
 use crate::watchdog::Watchdog;
 
 /// How long a release keeps retrying after connection failures before it
@@ -66,6 +67,10 @@ pub(crate) struct Core {
     pub(crate) background: TaskTracker,
     /// The runtime the client was built in: background work runs there.
     pub(crate) runtime: tokio::runtime::Handle,
+    /// Classic or sharded pub/sub for the lock channels (see `sharding.rs`).
+    pub(crate) sharding: Arc<Sharding>,
+    /// The endpoint is a Redis Cluster: multi-key calls stay in one slot.
+    pub(crate) cluster: bool,
 }
 
 impl std::fmt::Debug for Core {
@@ -92,6 +97,30 @@ impl Core {
             Ok::<_, Error>(script.run(&mut conn, cmd).await?)
         };
         self.bounded(fut).await
+    }
+
+    /// The command the scripts publish unlock messages with: `publish`,
+    /// or `spublish` with sharded pub/sub (probed once on a cluster).
+    pub(crate) async fn publish_command(&self) -> Result<&'static str> {
+        if let Some(sharded) = self.sharding.known() {
+            return Ok(Sharding::publish_command(sharded));
+        }
+        let sharded = self
+            .sharding
+            .sharded(|| async {
+                self.run_cmd(&crate::sharding::probe_cmd())
+                    .await
+                    .map_err(|e| match e {
+                        Error::Redis(e) => e,
+                        other => redis::RedisError::from((
+                            redis::ErrorKind::Io,
+                            "sharded pub/sub probe failed",
+                            other.to_string(),
+                        )),
+                    })
+            })
+            .await?;
+        Ok(Sharding::publish_command(sharded))
     }
 
     /// Runs one plain command (reads, PING) on a shared connection; a
@@ -352,6 +381,7 @@ impl Core {
         latch: &str,
         lease_ms: u64,
     ) -> Result<bool> {
+        let publish = self.publish_command().await?;
         let cmd = self.scripts.cancel.evalsha(
             &[keys.lock.as_str(), keys.channel.as_str(), latch],
             (
@@ -359,6 +389,7 @@ impl Core {
                 mode.as_arg(),
                 crate::keys::UNLOCK_MESSAGE,
                 self.cancel_latch_ms(lease_ms),
+                publish,
             ),
         );
         let reply = self
@@ -471,6 +502,7 @@ impl Core {
         all: bool,
         on_retry: impl Fn(),
     ) -> Result<ReleaseOutcome> {
+        let publish = self.publish_command().await?;
         let (latch, latch_ms) = self.latch(keys);
         let turn_ms = duration_ms(self.turn_window());
         // `sent_before`: '0' on the first send of this request (whose latch
@@ -493,6 +525,7 @@ impl Core {
                     turn_ms,
                     if all { "1" } else { "0" },
                     sent_before,
+                    publish,
                 ),
             )
         };
@@ -542,6 +575,7 @@ impl Core {
         next: &str,
         next_lease_ms: u64,
     ) -> Result<HandOff> {
+        let publish = self.publish_command().await?;
         let (latch, latch_ms) = self.latch(keys);
         let next_latch = keys.latch(next);
         let cmd = self.scripts.handoff.evalsha(
@@ -560,6 +594,7 @@ impl Core {
                 next_lease_ms,
                 self.token_retention_ms(),
                 crate::keys::UNLOCK_MESSAGE,
+                publish,
             ),
         );
         let reply = self
@@ -828,6 +863,8 @@ impl LockClient {
             acquiring: AtomicUsize::new(0),
             background: TaskTracker::new(),
             runtime: tokio::runtime::Handle::current(),
+            sharding: Arc::new(Sharding::new(config.pubsub_mode, endpoint.is_cluster())),
+            cluster: endpoint.is_cluster(),
             config,
         });
         crate::metrics::describe();
@@ -835,6 +872,7 @@ impl LockClient {
         let reporter = core.clone();
         let pubsub = PubSub::start(
             endpoint,
+            core.sharding.clone(),
             core.config.connect_timeout,
             core.config.command_timeout,
             stop_tasks.clone(),

@@ -5,9 +5,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::LockClient;
-use crate::endpoint::SentinelUrl;
+use crate::endpoint::{ClusterUrl, SentinelUrl};
 use crate::error::{Error, Result};
 use crate::replicas::ReplicaAck;
+use crate::sharding::PubSubMode;
 use crate::tls::{PemSource, TlsConfig};
 
 /// Default watchdog timeout (the lease of a lock taken without an explicit
@@ -61,6 +62,11 @@ pub struct ClientConfig {
     /// Every new connection asks the sentinels (in the order given) for the
     /// primary and checks its `ROLE`; after a failover the client follows
     /// the new primary (see the crate docs, "Deployments").
+    ///
+    /// Redis Cluster: `redis+cluster://[user[:password]@]host[:port][,host[:port]...]`
+    /// (`rediss+cluster://` for TLS; port 6379 by default): seed nodes, any
+    /// of which gives the client the cluster's slot map; redirections and
+    /// topology changes are followed.
     pub url: String,
     /// How many connections the client's commands share. Each is a
     /// multiplexed connection: it carries the commands of many tasks at
@@ -93,6 +99,10 @@ pub struct ClientConfig {
     /// acquisition can override it ([`AcquireOptions::wait_for_replicas`](crate::AcquireOptions::wait_for_replicas)).
     /// See the crate docs, "Safety", for what it does and does not guarantee.
     pub wait_for_replicas: Option<ReplicaAck>,
+    /// Classic or sharded pub/sub for the lock channels on a Redis Cluster.
+    /// Default [`PubSubMode::Auto`]: sharded when the cluster answers
+    /// `PUBSUB SHARDNUMSUB`, as Redisson chooses.
+    pub pubsub_mode: PubSubMode,
 }
 
 impl ClientConfig {
@@ -114,6 +124,7 @@ impl ClientConfig {
             token_retention: DEFAULT_TOKEN_RETENTION,
             tls: TlsConfig::default(),
             wait_for_replicas: None,
+            pubsub_mode: PubSubMode::Auto,
         }
     }
 
@@ -166,12 +177,21 @@ impl ClientConfig {
         if !cfg!(feature = "tls") && is_tls_url(&self.url) {
             return Err(Error::InvalidArgument(crate::tls::FEATURE_MISSING.into()));
         }
-        let tls = match SentinelUrl::parse(&self.url)? {
-            Some(sentinel) => sentinel.tls,
-            None => matches!(
+        let cluster = ClusterUrl::parse(&self.url)?;
+        if self.pubsub_mode == PubSubMode::Sharded && cluster.is_none() {
+            return Err(Error::InvalidArgument(
+                "pubsub_mode Sharded needs a cluster url (redis+cluster://)".into(),
+            ));
+        }
+        let tls = if let Some(cluster) = cluster {
+            cluster.tls
+        } else if let Some(sentinel) = SentinelUrl::parse(&self.url)? {
+            sentinel.tls
+        } else {
+            matches!(
                 self.connection_info()?.addr(),
                 redis::ConnectionAddr::TcpTls { .. }
-            ),
+            )
         };
         self.tls.validate(tls)
     }
@@ -204,6 +224,7 @@ fn is_tls_url(url: &str) -> bool {
             scheme.eq_ignore_ascii_case("rediss")
                 || scheme.eq_ignore_ascii_case("valkeys")
                 || scheme.eq_ignore_ascii_case("rediss+sentinel")
+                || scheme.eq_ignore_ascii_case("rediss+cluster")
         })
 }
 
@@ -221,6 +242,7 @@ impl std::fmt::Debug for ClientConfig {
             token_retention,
             tls,
             wait_for_replicas,
+            pubsub_mode,
         } = self;
         f.debug_struct("ClientConfig")
             .field("url", &redact(url))
@@ -233,6 +255,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("token_retention", token_retention)
             .field("tls", tls)
             .field("wait_for_replicas", wait_for_replicas)
+            .field("pubsub_mode", pubsub_mode)
             .finish()
     }
 }
@@ -373,6 +396,19 @@ impl ClientBuilder {
     /// ```
     pub fn wait_for_replicas(mut self, replicas: u32, timeout: Duration) -> Self {
         self.config.wait_for_replicas = Some(ReplicaAck::new(replicas, timeout));
+        self
+    }
+
+    /// Classic or sharded pub/sub for the lock channels on a cluster
+    /// (default [`PubSubMode::Auto`]; see [`ClientConfig::pubsub_mode`]).
+    ///
+    /// ```
+    /// let b = lock_core::ClientBuilder::new("redis+cluster://10.0.0.1:7000,10.0.0.2:7000")
+    ///     .pubsub_mode(lock_core::PubSubMode::Global);
+    /// # let _ = b;
+    /// ```
+    pub fn pubsub_mode(mut self, mode: PubSubMode) -> Self {
+        self.config.pubsub_mode = mode;
         self
     }
 

@@ -15,7 +15,9 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bb8_redis::bb8;
-use redis::aio::MultiplexedConnection;
+use redis::aio::{ConnectionLike, MultiplexedConnection};
+use redis::cluster_async::ClusterConnection;
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisError, RedisResult, Value};
 
 use crate::config::ClientConfig;
@@ -27,19 +29,33 @@ use crate::eviction::EvictionCheck;
 pub(crate) struct Manager {
     endpoint: Arc<Endpoint>,
     config: AsyncConnectionConfig,
+    /// For connections of blocking commands (`WAIT`): no reply time-out
+    /// of redis-rs's own (the callers bound them).
+    blocking: bool,
 }
 
 impl Manager {
-    /// A manager for the configured server: URL (one server, or Sentinel),
-    /// time-outs and TLS settings (CA and client certificate files are
-    /// read here).
+    /// A manager for the configured server: URL (one server, Sentinel or
+    /// Cluster), time-outs and TLS settings (CA and client certificate
+    /// files are read here).
     pub(crate) fn new(config: &ClientConfig) -> crate::error::Result<Self> {
         Ok(Manager {
             endpoint: Arc::new(Endpoint::new(config)?),
             config: AsyncConnectionConfig::new()
                 .set_connection_timeout(Some(config.connect_timeout))
                 .set_response_timeout(Some(config.command_timeout)),
+            blocking: false,
         })
+    }
+
+    /// A manager for the same endpoint whose connections carry blocking
+    /// commands.
+    fn blocking(&self) -> Manager {
+        Manager {
+            endpoint: self.endpoint.clone(),
+            config: self.config.clone().set_response_timeout(None),
+            blocking: true,
+        }
     }
 
     /// Where connections go, for the dedicated pub/sub connection.
@@ -52,47 +68,94 @@ impl Manager {
 /// failure on it means it must go; clones share that flag.
 #[derive(Clone, Debug)]
 pub(crate) struct Conn {
-    inner: MultiplexedConnection,
+    inner: Link,
     broken: Arc<AtomicBool>,
     /// The endpoint's generation when it was opened (see `Endpoint::generation`).
     generation: u64,
 }
 
+/// A connection to one node, or to a whole cluster (one multiplexed
+/// connection per node, commands routed by their first key's slot,
+/// `MOVED` / `ASK` followed by redis-rs).
+#[derive(Clone)]
+pub(crate) enum Link {
+    Node(MultiplexedConnection),
+    Cluster(ClusterConnection),
+}
+
+impl std::fmt::Debug for Link {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Link::Node(_) => "Link::Node",
+            Link::Cluster(_) => "Link::Cluster",
+        })
+    }
+}
+
 impl Conn {
     /// Sends one command; a connection-level failure marks the connection broken.
     pub(crate) async fn query(&mut self, cmd: &Cmd) -> RedisResult<Value> {
-        let result = self
-            .inner
-            .send_packed_command(cmd)
-            .await
-            .and_then(Value::extract_error);
+        let result = match &mut self.inner {
+            Link::Node(c) => c.send_packed_command(cmd).await,
+            Link::Cluster(c) => c.req_packed_command(cmd).await,
+        }
+        .and_then(Value::extract_error);
         self.note(&result);
         result
     }
 
     /// Sends a pipeline of commands in one round trip; returns one value per
     /// command (an error reply of one command is a `Value::ServerError` there).
+    /// On a cluster every keyed command of the pipeline must be in one slot.
     pub(crate) async fn query_pipeline(&mut self, pipe: &Pipeline) -> RedisResult<Vec<Value>> {
-        let result = pipe.query_async::<Vec<Value>>(&mut self.inner).await;
+        let result = match &mut self.inner {
+            Link::Node(c) => pipe.query_async::<Vec<Value>>(c).await,
+            Link::Cluster(c) => pipe.query_async::<Vec<Value>>(c).await,
+        };
         self.note(&result);
         result
     }
 
     /// Sends one command whose reply may take up to `timeout` (a `WAIT`),
-    /// instead of the command time-out.
+    /// instead of the command time-out; on a cluster, to the primary of
+    /// `key`'s slot (the node whose writes it must count).
     pub(crate) async fn query_within(
         &mut self,
         cmd: &Cmd,
         timeout: Duration,
+        key: &str,
     ) -> RedisResult<Value> {
-        let mut inner = self.inner.clone();
-        inner.set_response_timeout(timeout);
-        let result = inner
-            .send_packed_command(cmd)
-            .await
-            .and_then(Value::extract_error);
+        let result = match &mut self.inner {
+            Link::Node(c) => {
+                let mut c = c.clone();
+                c.set_response_timeout(timeout);
+                c.send_packed_command(cmd).await
+            }
+            Link::Cluster(c) => {
+                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                    Route::with_key(key, SlotAddr::Master),
+                ));
+                match tokio::time::timeout(timeout, c.route_command(cmd.clone(), route)).await {
+                    Ok(r) => r,
+                    Err(_) => Err(RedisError::from((
+                        redis::ErrorKind::Io,
+                        "no reply in time",
+                        format!("{timeout:?}"),
+                    ))),
+                }
+            }
+        }
+        .and_then(Value::extract_error);
         self.note(&result);
         result
+    }
+
+    /// The cluster connection, when this is one.
+    pub(crate) fn cluster(&mut self) -> Option<&mut ClusterConnection> {
+        match &mut self.inner {
+            Link::Cluster(c) => Some(c),
+            Link::Node(_) => None,
+        }
     }
 
     fn note<T>(&mut self, result: &RedisResult<T>) {
@@ -123,6 +186,8 @@ pub(crate) struct Pool {
     /// crate's manager) and keeps the exclusive ones (`exclusive`); the
     /// shared connections are never checked out.
     connector: bb8::Pool<Manager>,
+    /// Connections checked out for one blocking command at a time.
+    exclusive: bb8::Pool<Manager>,
     endpoint: Arc<Endpoint>,
     size: usize,
     shared: Mutex<Vec<Conn>>,
@@ -178,7 +243,7 @@ impl Pool {
     pub(crate) async fn exclusive(
         &self,
     ) -> Result<bb8::PooledConnection<'_, Manager>, crate::error::Error> {
-        Ok(self.connector.get().await?)
+        Ok(self.exclusive.get().await?)
     }
 
     /// The next open connection in turn: when `size` are open, or with
@@ -233,12 +298,18 @@ impl bb8::ManageConnection for Manager {
     async fn connect(&self) -> Result<Conn, RedisError> {
         // Read first: a switch while connecting makes this one old at once.
         let generation = self.endpoint.generation();
-        let client = self.endpoint.client().await?;
-        let mut inner = client
-            .get_multiplexed_async_connection_with_config(&self.config)
-            .await
-            .map_err(crate::tls::explain)?;
-        self.endpoint.check(&mut inner).await?;
+        let inner = match &*self.endpoint {
+            Endpoint::Cluster(cluster) => Link::Cluster(cluster.connect(self.blocking).await?),
+            _ => {
+                let client = self.endpoint.client().await?;
+                let mut inner = client
+                    .get_multiplexed_async_connection_with_config(&self.config)
+                    .await
+                    .map_err(crate::tls::explain)?;
+                self.endpoint.check(&mut inner).await?;
+                Link::Node(inner)
+            }
+        };
         Ok(Conn {
             inner,
             broken: Arc::new(AtomicBool::new(false)),
@@ -261,15 +332,22 @@ pub(crate) const EXCLUSIVE_CONNECTIONS: u32 = 16;
 
 pub(crate) fn build_pool(manager: Manager, size: u32, wait_bound: Duration) -> Pool {
     let endpoint = manager.endpoint.clone();
-    let connector = bb8::Pool::builder()
+    let exclusive = bb8::Pool::builder()
         .max_size(EXCLUSIVE_CONNECTIONS)
         .connection_timeout(wait_bound)
+        .min_idle(Some(0))
+        .test_on_check_out(false)
+        .retry_connection(false)
+        .build_unchecked(manager.blocking());
+    let connector = bb8::Pool::builder()
+        .max_size(1)
         .min_idle(Some(0))
         .test_on_check_out(false)
         .retry_connection(false)
         .build_unchecked(manager);
     Pool {
         connector,
+        exclusive,
         endpoint,
         size: size.max(1) as usize,
         shared: Mutex::new(Vec::new()),

@@ -15,6 +15,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
+use redis::cluster::{ClusterClient, ClusterClientBuilder};
+use redis::cluster_async::ClusterConnection;
 use redis::{ConnectionAddr, ErrorKind, RedisError, RedisResult, ServerErrorKind, Value};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -33,11 +35,16 @@ pub(crate) enum Endpoint {
     Direct(redis::Client),
     /// The primary that the sentinels name.
     Sentinel(SentinelPrimary),
+    /// A Redis Cluster, found from seed nodes.
+    Cluster(Box<ClusterNodes>),
 }
 
 impl Endpoint {
     /// The endpoint of `config.url` (TLS files are read here).
     pub(crate) fn new(config: &ClientConfig) -> Result<Endpoint> {
+        if let Some(url) = ClusterUrl::parse(&config.url)? {
+            return Ok(Endpoint::Cluster(Box::new(ClusterNodes::new(url, config)?)));
+        }
         match SentinelUrl::parse(&config.url)? {
             Some(url) => Ok(Endpoint::Sentinel(SentinelPrimary::new(url, config)?)),
             None => Ok(Endpoint::Direct(crate::tls::redis_client(
@@ -53,7 +60,16 @@ impl Endpoint {
         match self {
             Endpoint::Direct(client) => Ok(client.clone()),
             Endpoint::Sentinel(sentinel) => sentinel.primary_client().await,
+            Endpoint::Cluster(_) => Err(RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "a cluster has no single node to connect to",
+            ))),
         }
+    }
+
+    /// Whether this is a Redis Cluster.
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self, Endpoint::Cluster(_))
     }
 
     /// Checks a fresh connection: with Sentinel, that the node is the
@@ -63,7 +79,7 @@ impl Endpoint {
         conn: &mut redis::aio::MultiplexedConnection,
     ) -> RedisResult<()> {
         match self {
-            Endpoint::Direct(_) => Ok(()),
+            Endpoint::Direct(_) | Endpoint::Cluster(_) => Ok(()),
             Endpoint::Sentinel(sentinel) => sentinel.check_primary(conn).await,
         }
     }
@@ -72,7 +88,7 @@ impl Endpoint {
     /// reconnects when it changes.
     pub(crate) fn switches(&self) -> Option<watch::Receiver<u64>> {
         match self {
-            Endpoint::Direct(_) => None,
+            Endpoint::Direct(_) | Endpoint::Cluster(_) => None,
             Endpoint::Sentinel(sentinel) => Some(sentinel.switches.subscribe()),
         }
     }
@@ -82,7 +98,7 @@ impl Endpoint {
     /// node that may no longer be the primary, and is not used again.
     pub(crate) fn generation(&self) -> u64 {
         match self {
-            Endpoint::Direct(_) => 0,
+            Endpoint::Direct(_) | Endpoint::Cluster(_) => 0,
             Endpoint::Sentinel(sentinel) => *sentinel.switches.borrow(),
         }
     }
@@ -155,6 +171,161 @@ async fn watch_sentinels(endpoint: Arc<Endpoint>, shutdown: CancellationToken) {
 /// The sentinels' channel for "a failover chose a new primary".
 const SWITCH_CHANNEL: &str = "+switch-master";
 
+/// The port of a cluster node given without one.
+pub(crate) const DEFAULT_REDIS_PORT: u16 = 6379;
+
+/// The parts of a `redis+cluster://` URL.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct ClusterUrl {
+    pub(crate) tls: bool,
+    pub(crate) seeds: Vec<(String, u16)>,
+    pub(crate) username: Option<String>,
+    pub(crate) password: Option<String>,
+}
+
+impl ClusterUrl {
+    /// `redis+cluster://[user[:password]@]host[:port][,host[:port]...]`
+    /// (`rediss+cluster://` for TLS); `None` for a URL of another scheme.
+    pub(crate) fn parse(url: &str) -> Result<Option<ClusterUrl>> {
+        let Some((tls, rest)) = scheme(url, "redis+cluster", "rediss+cluster") else {
+            return Ok(None);
+        };
+        let parts = UrlParts::split(rest, DEFAULT_REDIS_PORT, "cluster")?;
+        if !parts.path.is_empty() {
+            return Err(Error::InvalidArgument(
+                "invalid cluster url: no path (a cluster has database 0 only)".into(),
+            ));
+        }
+        if let Some((name, _)) = query_pairs(parts.query).next() {
+            return Err(Error::InvalidArgument(format!(
+                "invalid cluster url: unknown parameter `{name}`"
+            )));
+        }
+        let (username, password) = parts.credentials();
+        Ok(Some(ClusterUrl {
+            tls,
+            seeds: parts.hosts,
+            username,
+            password,
+        }))
+    }
+}
+
+/// A Redis Cluster: redis-rs cluster connections (topology from `CLUSTER
+/// SLOTS`, `MOVED` / `ASK` followed, one connection per node).
+pub(crate) struct ClusterNodes {
+    /// For the shared command connections.
+    commands: ClusterClient,
+    /// For connections of blocking commands (`WAIT`): no reply time-out
+    /// of redis-rs's own.
+    blocking: ClusterClient,
+    url: ClusterUrl,
+    tls_config: TlsConfig,
+    connect_timeout: Duration,
+}
+
+impl std::fmt::Debug for ClusterNodes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ClusterNodes")
+            .field("seeds", &self.url.seeds)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ClusterNodes {
+    fn new(url: ClusterUrl, config: &ClientConfig) -> Result<ClusterNodes> {
+        let commands = cluster_builder(&url, config)?
+            .response_timeout(config.command_timeout)
+            .build()
+            .map_err(bad_cluster)?;
+        let blocking = cluster_builder(&url, config)?
+            .build()
+            .map_err(bad_cluster)?;
+        Ok(ClusterNodes {
+            commands,
+            blocking,
+            url,
+            tls_config: config.tls.clone(),
+            connect_timeout: config.connect_timeout,
+        })
+    }
+
+    /// A builder for more clients of this cluster (the pub/sub hub's).
+    pub(crate) fn builder(&self) -> Result<ClusterClientBuilder> {
+        cluster_builder_for(&self.url, &self.tls_config, self.connect_timeout)
+    }
+
+    /// A connection to the whole cluster (one per node, opened as needed).
+    pub(crate) async fn connect(&self, blocking: bool) -> RedisResult<ClusterConnection> {
+        let client = if blocking {
+            &self.blocking
+        } else {
+            &self.commands
+        };
+        client
+            .get_async_connection()
+            .await
+            .map_err(crate::tls::explain)
+    }
+}
+
+fn cluster_builder(url: &ClusterUrl, config: &ClientConfig) -> Result<ClusterClientBuilder> {
+    cluster_builder_for(url, &config.tls, config.connect_timeout)
+}
+
+/// A builder with the seeds, credentials, TLS and connect time-out;
+/// retries of `TRYAGAIN` / `CLUSTERDOWN` short and few (the client bounds
+/// every call with its own time-outs). Redirections are followed at once.
+fn cluster_builder_for(
+    url: &ClusterUrl,
+    tls: &TlsConfig,
+    connect_timeout: Duration,
+) -> Result<ClusterClientBuilder> {
+    let mut seeds = Vec::with_capacity(url.seeds.len());
+    for (host, port) in &url.seeds {
+        seeds.push(node_info(url.tls, host, *port)?);
+    }
+    let mut builder = ClusterClientBuilder::new(seeds)
+        .connection_timeout(connect_timeout)
+        .retries(8)
+        .min_retry_wait(10)
+        .max_retry_wait(500)
+        .retry_wait_formula(10, 2);
+    if let Some(u) = &url.username {
+        builder = builder.username(u);
+    }
+    if let Some(p) = &url.password {
+        builder = builder.password(p);
+    }
+    if url.tls {
+        builder = with_tls(builder, tls)?;
+    }
+    Ok(builder)
+}
+
+fn bad_cluster(e: RedisError) -> Error {
+    Error::InvalidArgument(format!("invalid cluster url: {e}"))
+}
+
+#[cfg(feature = "tls")]
+fn with_tls(builder: ClusterClientBuilder, tls: &TlsConfig) -> Result<ClusterClientBuilder> {
+    crate::tls::install_crypto_provider();
+    let mut builder = builder.tls(if tls.danger_accept_invalid_certificates {
+        redis::TlsMode::Insecure
+    } else {
+        redis::TlsMode::Secure
+    });
+    if let Some(certs) = crate::tls::certificates(tls)? {
+        builder = builder.certs(certs);
+    }
+    Ok(builder)
+}
+
+#[cfg(not(feature = "tls"))]
+fn with_tls(_builder: ClusterClientBuilder, _tls: &TlsConfig) -> Result<ClusterClientBuilder> {
+    Err(Error::InvalidArgument(crate::tls::FEATURE_MISSING.into()))
+}
+
 /// The parts of a `redis+sentinel://` URL.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub(crate) struct SentinelUrl {
@@ -177,42 +348,17 @@ impl SentinelUrl {
     /// `redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/service[/db]
     /// [?sentinel_username=..&sentinel_password=..]`, `rediss+sentinel://` for TLS.
     pub(crate) fn parse(url: &str) -> Result<Option<SentinelUrl>> {
-        let url = url.trim();
-        let Some((scheme, rest)) = url.split_once("://") else {
-            return Ok(None);
-        };
-        let tls = if scheme.eq_ignore_ascii_case("redis+sentinel") {
-            false
-        } else if scheme.eq_ignore_ascii_case("rediss+sentinel") {
-            true
-        } else {
+        let Some((tls, rest)) = scheme(url, "redis+sentinel", "rediss+sentinel") else {
             return Ok(None);
         };
         let bad = |why: &str| Error::InvalidArgument(format!("invalid sentinel url: {why}"));
-        let (rest, query) = match rest.split_once('?') {
-            Some((r, q)) => (r, Some(q)),
-            None => (rest, None),
-        };
-        // The userinfo ends at the last `@` (a password may hold `@`).
-        let (userinfo, rest) = match rest.rfind('@') {
-            Some(i) => (Some(&rest[..i]), &rest[i + 1..]),
-            None => (None, rest),
-        };
-        let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
-        let mut sentinels = Vec::new();
-        for host in hosts.split(',') {
-            sentinels.push(host_port(host).ok_or_else(|| {
-                bad(&format!(
-                    "`{host}` is not host[:port] (list sentinels as host1:26379,host2:26379)"
-                ))
-            })?);
-        }
-        let mut parts = path.split('/').filter(|p| !p.is_empty());
-        let service = parts
+        let parts = UrlParts::split(rest, DEFAULT_SENTINEL_PORT, "sentinel")?;
+        let mut path = parts.path.split('/').filter(|p| !p.is_empty());
+        let service = path
             .next()
             .map(decode)
             .ok_or_else(|| bad("no service name (redis+sentinel://host:26379/<service>)"))?;
-        let db = match parts.next() {
+        let db = match path.next() {
             Some(db) => db
                 .parse::<i64>()
                 .ok()
@@ -220,19 +366,13 @@ impl SentinelUrl {
                 .ok_or_else(|| bad(&format!("database `{db}` is not a number")))?,
             None => 0,
         };
-        if parts.next().is_some() {
+        if path.next().is_some() {
             return Err(bad("the path is /<service>[/<db>]"));
         }
-        let (username, password) = match userinfo {
-            Some(info) => match info.split_once(':') {
-                Some((u, p)) => (non_empty(decode(u)), Some(decode(p))),
-                None => (non_empty(decode(info)), None),
-            },
-            None => (None, None),
-        };
+        let (username, password) = parts.credentials();
         let mut parsed = SentinelUrl {
             tls,
-            sentinels,
+            sentinels: parts.hosts,
             service,
             db,
             username,
@@ -240,12 +380,7 @@ impl SentinelUrl {
             sentinel_username: None,
             sentinel_password: None,
         };
-        for pair in query
-            .into_iter()
-            .flat_map(|q| q.split('&'))
-            .filter(|p| !p.is_empty())
-        {
-            let (name, value) = pair.split_once('=').unwrap_or((pair, ""));
+        for (name, value) in query_pairs(parts.query) {
             match name {
                 "sentinel_username" => parsed.sentinel_username = Some(decode(value)),
                 "sentinel_password" => parsed.sentinel_password = Some(decode(value)),
@@ -260,12 +395,81 @@ impl SentinelUrl {
     }
 }
 
+/// `Some((tls, rest after "://"))` when `url` has the plain or the TLS scheme.
+fn scheme<'a>(url: &'a str, plain: &str, tls: &str) -> Option<(bool, &'a str)> {
+    let (scheme, rest) = url.trim().split_once("://")?;
+    if scheme.eq_ignore_ascii_case(plain) {
+        Some((false, rest))
+    } else if scheme.eq_ignore_ascii_case(tls) {
+        Some((true, rest))
+    } else {
+        None
+    }
+}
+
+/// `name=value` pairs of a query string (a bare name has an empty value).
+fn query_pairs(query: Option<&str>) -> impl Iterator<Item = (&str, &str)> {
+    query
+        .into_iter()
+        .flat_map(|q| q.split('&'))
+        .filter(|p| !p.is_empty())
+        .map(|pair| pair.split_once('=').unwrap_or((pair, "")))
+}
+
+/// The pieces of `[userinfo@]host[:port][,host[:port]...][/path][?query]`.
+struct UrlParts<'a> {
+    userinfo: Option<&'a str>,
+    hosts: Vec<(String, u16)>,
+    path: &'a str,
+    query: Option<&'a str>,
+}
+
+impl<'a> UrlParts<'a> {
+    fn split(rest: &'a str, default_port: u16, kind: &str) -> Result<UrlParts<'a>> {
+        let (rest, query) = match rest.split_once('?') {
+            Some((r, q)) => (r, Some(q)),
+            None => (rest, None),
+        };
+        // The userinfo ends at the last `@` (a password may hold `@`).
+        let (userinfo, rest) = match rest.rfind('@') {
+            Some(i) => (Some(&rest[..i]), &rest[i + 1..]),
+            None => (None, rest),
+        };
+        let (hosts, path) = rest.split_once('/').unwrap_or((rest, ""));
+        let mut parsed = Vec::new();
+        for host in hosts.split(',') {
+            parsed.push(host_port(host, default_port).ok_or_else(|| {
+                Error::InvalidArgument(format!(
+                    "invalid {kind} url: `{host}` is not host[:port] (list nodes as host1:port,host2:port)"
+                ))
+            })?);
+        }
+        Ok(UrlParts {
+            userinfo,
+            hosts: parsed,
+            path,
+            query,
+        })
+    }
+
+    /// The userinfo's user name and password, percent-decoded.
+    fn credentials(&self) -> (Option<String>, Option<String>) {
+        match self.userinfo {
+            Some(info) => match info.split_once(':') {
+                Some((u, p)) => (non_empty(decode(u)), Some(decode(p))),
+                None => (non_empty(decode(info)), None),
+            },
+            None => (None, None),
+        }
+    }
+}
+
 fn non_empty(s: String) -> Option<String> {
     (!s.is_empty()).then_some(s)
 }
 
-/// `host[:port]` or `[v6]:port`; the port defaults to 26379.
-fn host_port(s: &str) -> Option<(String, u16)> {
+/// `host[:port]` or `[v6]:port`; the port defaults to `default_port`.
+fn host_port(s: &str, default_port: u16) -> Option<(String, u16)> {
     let s = s.trim();
     if s.is_empty() {
         return None;
@@ -274,7 +478,7 @@ fn host_port(s: &str) -> Option<(String, u16)> {
         let (host, after) = rest.split_once(']')?;
         let port = match after.strip_prefix(':') {
             Some(p) => p.parse().ok()?,
-            None if after.is_empty() => DEFAULT_SENTINEL_PORT,
+            None if after.is_empty() => default_port,
             None => return None,
         };
         return Some((host.to_owned(), port));
@@ -284,7 +488,7 @@ fn host_port(s: &str) -> Option<(String, u16)> {
             Some((host.to_owned(), port.parse().ok()?))
         }
         Some(_) => None,
-        None => Some((s.to_owned(), DEFAULT_SENTINEL_PORT)),
+        None => Some((s.to_owned(), default_port)),
     }
 }
 

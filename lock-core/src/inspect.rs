@@ -233,30 +233,45 @@ impl LockClient {
         let prefix = core.config.key_prefix.as_str();
         let matcher = format!("{}{pattern}", glob_escape(prefix));
         let mut found = Vec::new();
-        let mut cursor: u64 = 0;
-        loop {
-            let mut scan = redis::cmd("SCAN");
-            scan.arg(cursor)
-                .arg("MATCH")
-                .arg(&matcher)
-                .arg("COUNT")
-                .arg(SCAN_COUNT)
-                .arg("TYPE")
-                .arg("hash");
-            let (next, keys): (u64, Vec<String>) =
-                redis::from_redis_value(core.run_cmd(&scan).await?)
-                    .map_err(|e| Error::Protocol(format!("SCAN answered {e}")))?;
-            let keys: Vec<String> = keys
+        // On a cluster every primary holds its own keys: scan each.
+        let targets: Vec<Option<(String, u16)>> = if core.cluster {
+            cluster_primaries(core)
+                .await?
                 .into_iter()
-                .filter(|k| k.starts_with(prefix))
-                .filter(|k| !HELPER_PREFIXES.iter().any(|h| k.starts_with(h)))
-                .collect();
-            if !keys.is_empty() {
-                found.extend(read_batch(core, prefix, &keys).await?);
-            }
-            cursor = next;
-            if cursor == 0 {
-                break;
+                .map(Some)
+                .collect()
+        } else {
+            vec![None]
+        };
+        for target in targets {
+            let mut cursor: u64 = 0;
+            loop {
+                let mut scan = redis::cmd("SCAN");
+                scan.arg(cursor)
+                    .arg("MATCH")
+                    .arg(&matcher)
+                    .arg("COUNT")
+                    .arg(SCAN_COUNT)
+                    .arg("TYPE")
+                    .arg("hash");
+                let reply = match &target {
+                    None => core.run_cmd(&scan).await?,
+                    Some((host, port)) => run_on_node(core, &scan, host, *port).await?,
+                };
+                let (next, keys): (u64, Vec<String>) = redis::from_redis_value(reply)
+                    .map_err(|e| Error::Protocol(format!("SCAN answered {e}")))?;
+                let keys: Vec<String> = keys
+                    .into_iter()
+                    .filter(|k| k.starts_with(prefix))
+                    .filter(|k| !HELPER_PREFIXES.iter().any(|h| k.starts_with(h)))
+                    .collect();
+                if !keys.is_empty() {
+                    found.extend(read_keys(core, prefix, &keys).await?);
+                }
+                cursor = next;
+                if cursor == 0 {
+                    break;
+                }
             }
         }
         found.sort_by(|a, b| a.name.cmp(&b.name));
@@ -264,6 +279,79 @@ impl LockClient {
         found.dedup_by(|a, b| a.key == b.key);
         Ok(found)
     }
+}
+
+/// The primaries of a cluster that serve slots (`CLUSTER NODES`).
+async fn cluster_primaries(core: &Core) -> Result<Vec<(String, u16)>> {
+    let mut cmd = redis::cmd("CLUSTER");
+    cmd.arg("NODES");
+    let reply = core.run_cmd(&cmd).await?;
+    let text: String = redis::from_redis_value(reply)
+        .map_err(|e| Error::Protocol(format!("CLUSTER NODES answered {e}")))?;
+    let mut primaries = Vec::new();
+    for line in text.lines() {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        let (Some(addr), Some(flags)) = (fields.get(1), fields.get(2)) else {
+            continue;
+        };
+        let serves_slots = fields.len() > 8;
+        if !flags.split(',').any(|f| f == "master") || flags.contains("fail") || !serves_slots {
+            continue;
+        }
+        // `ip:port@bus-port[,hostname]`
+        let addr = addr.split(['@', ',']).next().unwrap_or_default();
+        if let Some((host, port)) = addr.rsplit_once(':') {
+            if let Ok(port) = port.parse::<u16>() {
+                primaries.push((host.to_owned(), port));
+            }
+        }
+    }
+    if primaries.is_empty() {
+        return Err(Error::Protocol(format!(
+            "CLUSTER NODES named no primary: {text}"
+        )));
+    }
+    Ok(primaries)
+}
+
+/// Runs `cmd` on the cluster node at `host:port`.
+async fn run_on_node(core: &Core, cmd: &redis::Cmd, host: &str, port: u16) -> Result<Value> {
+    use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
+    let limit = core.config.connect_timeout + core.config.command_timeout;
+    let fut = async {
+        let mut conn = core.pool.checkout().await?;
+        let Some(cluster) = conn.cluster() else {
+            return Err(Error::Protocol("not a cluster connection".into()));
+        };
+        let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::ByAddress {
+            host: host.to_owned(),
+            port,
+        });
+        Ok(cluster.route_command(cmd.clone(), route).await?)
+    };
+    tokio::time::timeout(limit, fut)
+        .await
+        .map_err(|_| Error::CommandTimeout)?
+}
+
+/// Reads the locks at `keys`: one pipeline, or on a cluster one per hash
+/// slot (a pipeline goes to one node).
+async fn read_keys(core: &Core, prefix: &str, keys: &[String]) -> Result<Vec<LockStatus>> {
+    if !core.cluster {
+        return read_batch(core, prefix, keys).await;
+    }
+    let mut by_slot: std::collections::HashMap<_, Vec<String>> = std::collections::HashMap::new();
+    for key in keys {
+        by_slot
+            .entry(redis::cluster_routing::Slot::for_key(key))
+            .or_default()
+            .push(key.clone());
+    }
+    let mut out = Vec::new();
+    for group in by_slot.values() {
+        out.extend(read_batch(core, prefix, group).await?);
+    }
+    Ok(out)
 }
 
 /// Reads `HGETALL` and `PTTL` of every key in one pipeline; keeps the locks.

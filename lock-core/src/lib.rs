@@ -408,6 +408,7 @@ mod queue;
 mod replicas;
 mod run_to_end;
 mod scripts;
+mod sharding;
 mod shutdown;
 mod tls;
 mod watchdog;
@@ -426,6 +427,7 @@ pub use held::HeldLock;
 pub use inspect::{LockOwner, LockStatus};
 pub use lock::{AcquireOptions, Lock};
 pub use replicas::ReplicaAck;
+pub use sharding::PubSubMode;
 pub use shutdown::ShutdownReport;
 pub use tls::{PemSource, TlsConfig};
 /// The token type of [`HeldLock::cancellation_token`] (tokio-util's).

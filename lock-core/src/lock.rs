@@ -1073,9 +1073,10 @@ impl Lock {
     /// ```
     pub async fn force_unlock(&self) -> Result<bool> {
         let core = &self.client.inner.core;
+        let publish = core.publish_command().await?;
         let cmd = core.scripts.force_unlock.evalsha(
             &[self.keys.lock.as_str(), self.keys.channel.as_str()],
-            UNLOCK_MESSAGE,
+            (UNLOCK_MESSAGE, publish),
         );
         match core.run_script(&core.scripts.force_unlock, &cmd).await? {
             reply @ (Value::BulkString(_) | Value::SimpleString(_)) => {

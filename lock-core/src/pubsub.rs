@@ -20,6 +20,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::endpoint::Endpoint;
 use crate::keys::UNLOCK_MESSAGE;
+use crate::sharding::Sharding;
+
+#[path = "pubsub_cluster.rs"]
+mod cluster;
 
 const MIN_BACKOFF: Duration = Duration::from_millis(20);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
@@ -171,6 +175,30 @@ impl Shared {
             .is_some_and(|c| c.generation == generation)
     }
 
+    /// The generation of `channel` while it has waiters.
+    fn generation_of(&self, channel: &str) -> Option<u64> {
+        self.state().channels.get(channel).map(|c| c.generation)
+    }
+
+    /// Every channel with waiters, and its generation.
+    fn channels(&self) -> Vec<(String, u64)> {
+        self.state()
+            .channels
+            .iter()
+            .map(|(name, ch)| (name.clone(), ch.generation))
+            .collect()
+    }
+
+    /// The server ended `channel`'s subscription (its slot moved): not
+    /// live until subscribed again, and its waiters retry once (an unlock
+    /// may have been published meanwhile).
+    fn moved(&self, channel: &str) {
+        if let Some(ch) = self.state().channels.get(channel) {
+            ch.live.send_replace(Status::Pending);
+            ch.wake_all();
+        }
+    }
+
     fn mark_live(&self, channel: &str, generation: u64) {
         if let Some(ch) = self.state().channels.get(channel) {
             if ch.generation == generation {
@@ -184,6 +212,7 @@ impl PubSub {
     /// Starts the hub's task on the current runtime.
     pub(crate) fn start(
         endpoint: Arc<Endpoint>,
+        sharding: Arc<Sharding>,
         connect_timeout: Duration,
         command_timeout: Duration,
         shutdown: CancellationToken,
@@ -200,6 +229,7 @@ impl PubSub {
             shared.clone(),
             rx,
             endpoint,
+            sharding,
             connect_timeout,
             command_timeout,
             shutdown,
@@ -317,10 +347,23 @@ async fn run(
     shared: Arc<Shared>,
     mut commands: mpsc::UnboundedReceiver<Command>,
     endpoint: Arc<Endpoint>,
+    sharding: Arc<Sharding>,
     connect_timeout: Duration,
     command_timeout: Duration,
     shutdown: CancellationToken,
 ) {
+    if let Endpoint::Cluster(nodes) = &*endpoint {
+        return cluster::run(
+            shared,
+            commands,
+            nodes,
+            sharding,
+            connect_timeout,
+            command_timeout,
+            shutdown,
+        )
+        .await;
+    }
     let mut backoff = MIN_BACKOFF;
     // With Sentinel: a new primary moves this connection there.
     let mut switches = endpoint.switches();
@@ -492,6 +535,7 @@ mod tests {
         let shutdown = CancellationToken::new();
         let hub = PubSub::start(
             Arc::new(Endpoint::Direct(client)),
+            Arc::new(Sharding::new(crate::sharding::PubSubMode::Auto, false)),
             Duration::from_millis(50),
             Duration::from_millis(50),
             shutdown.clone(),

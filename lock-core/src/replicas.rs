@@ -125,7 +125,7 @@ impl Core {
             wait.arg(ack.replicas).arg(ack.timeout_ms());
             // The reply comes after up to `ack.timeout` by design.
             match conn
-                .query_within(&wait, self.config.command_timeout + ack.timeout)
+                .query_within(&wait, self.config.command_timeout + ack.timeout, &keys.lock)
                 .await?
             {
                 Value::Int(n) => Ok(Confirmed::Acknowledged(u32::try_from(n).unwrap_or(0))),

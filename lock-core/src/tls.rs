@@ -126,8 +126,20 @@ pub(crate) fn redis_client(
             tls_params: None,
         });
     }
+    match certificates(tls)? {
+        None => redis::Client::open(info).map_err(invalid_url),
+        Some(certs) => redis::Client::build_with_tls(info, certs)
+            .map_err(|e| Error::InvalidArgument(format!("TLS settings: {e}"))),
+    }
+}
+
+/// The CA and client certificate the builder was given (files read and
+/// checked here), or `None` for the platform's roots and no client
+/// certificate.
+#[cfg(feature = "tls")]
+pub(crate) fn certificates(tls: &TlsConfig) -> Result<Option<redis::TlsCertificates>> {
     if tls.ca.is_none() && tls.client_cert.is_none() {
-        return redis::Client::open(info).map_err(invalid_url);
+        return Ok(None);
     }
     let root_cert = match &tls.ca {
         Some(ca) => {
@@ -150,14 +162,10 @@ pub(crate) fn redis_client(
         }
         _ => None,
     };
-    redis::Client::build_with_tls(
-        info,
-        redis::TlsCertificates {
-            client_tls,
-            root_cert,
-        },
-    )
-    .map_err(|e| Error::InvalidArgument(format!("TLS settings: {e}")))
+    Ok(Some(redis::TlsCertificates {
+        client_tls,
+        root_cert,
+    }))
 }
 
 /// Without the `tls` feature: plain connections only (`rediss://` was

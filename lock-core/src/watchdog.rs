@@ -27,6 +27,7 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use redis::cluster_routing::Slot as HashSlot;
 use redis::Value;
 use tokio::sync::Notify;
 use tokio::time::Instant;
@@ -374,19 +375,21 @@ struct Batch {
 }
 
 /// Takes up to [`BATCH`] entries due by `horizon` and builds their script
-/// call; holds whose deadline has passed are lost, not renewed. `None`
-/// when nothing is due. Runs under the schedule's lock, one batch at a
-/// time, so that acquisitions and releases never wait for a whole pass.
-fn next_batch(
+/// calls into `out`: one call, or on a Redis Cluster one per hash slot (a
+/// script may only touch keys of one slot). Holds whose deadline has passed
+/// are lost, not renewed. False when nothing was due. Runs under the
+/// schedule's lock, one batch at a time, so that acquisitions and releases
+/// never wait for a whole pass.
+fn next_batches(
     s: &mut Schedule,
     core: &Core,
     now: Instant,
     horizon: Instant,
     lease_ms: u64,
-) -> Option<Batch> {
+    out: &mut Vec<Batch>,
+) -> bool {
     let mut renewals = Vec::with_capacity(BATCH);
-    let mut bytes = 0;
-    let mut least_left = Duration::MAX;
+    let mut lefts = Vec::with_capacity(BATCH);
     while renewals.len() < BATCH {
         let Some(d) = s.pop_due(horizon) else {
             break;
@@ -406,19 +409,50 @@ fn next_batch(
             }
             continue;
         }
-        least_left = least_left.min(left);
-        bytes += entry.args.len();
+        lefts.push(left);
         renewals.push(Renewal {
             slot: d.slot,
             generation: d.generation,
         });
     }
     if renewals.is_empty() {
-        return None;
+        return false;
     }
+    if !core.cluster {
+        let least_left = lefts.iter().copied().min().unwrap_or(Duration::MAX);
+        out.push(build_batch(s, core, renewals, least_left, lease_ms));
+        return true;
+    }
+    let mut by_slot: HashMap<HashSlot, (Vec<Renewal>, Duration)> = HashMap::new();
+    for (r, left) in renewals.into_iter().zip(lefts) {
+        let Some(entry) = s.live(r.slot, r.generation) else {
+            continue;
+        };
+        let hash_slot = HashSlot::for_key(entry.args.key());
+        let group = by_slot
+            .entry(hash_slot)
+            .or_insert_with(|| (Vec::new(), Duration::MAX));
+        group.0.push(r);
+        group.1 = group.1.min(left);
+    }
+    for (renewals, least_left) in by_slot.into_values() {
+        out.push(build_batch(s, core, renewals, least_left, lease_ms));
+    }
+    true
+}
+
+/// The renew script call for `renewals`.
+fn build_batch(
+    s: &Schedule,
+    core: &Core,
+    renewals: Vec<Renewal>,
+    least_left: Duration,
+    lease_ms: u64,
+) -> Batch {
+    let args = |r: &Renewal| s.live(r.slot, r.generation).map(|e| &e.args);
+    let bytes: usize = renewals.iter().filter_map(args).map(RenewArgs::len).sum();
     let script = &core.scripts.renew;
     let mut cmd = script.evalsha_prefix(renewals.len(), 2 * renewals.len() + 1, bytes + 24);
-    let args = |r: &Renewal| s.live(r.slot, r.generation).map(|e| &e.args);
     for args in renewals.iter().filter_map(args) {
         cmd.arg(args.key());
     }
@@ -426,11 +460,11 @@ fn next_batch(
     for args in renewals.iter().filter_map(args) {
         cmd.arg(args.owner());
     }
-    Some(Batch {
+    Batch {
         renewals,
         cmd,
         least_left,
-    })
+    }
 }
 
 async fn run(
@@ -457,9 +491,14 @@ async fn run(
         let now = Instant::now();
         let horizon = now + slack;
         let mut batches = Vec::new();
-        while let Some(batch) = next_batch(&mut locked(&schedule), &core, now, horizon, lease_ms) {
-            batches.push(batch);
-        }
+        while next_batches(
+            &mut locked(&schedule),
+            &core,
+            now,
+            horizon,
+            lease_ms,
+            &mut batches,
+        ) {}
         if batches.is_empty() {
             continue;
         }
@@ -584,8 +623,8 @@ fn log_failed_batch(s: &Schedule, batch: &Batch, err: &Error) {
 /// Per entry: Some(true) renewed, Some(false) gone, None unknown (retry
 /// later).
 ///
-/// One call touches many keys, so on a Redis Cluster a batch would have to
-/// be split by hash slot; this client speaks to a single Redis server.
+/// On a Redis Cluster every key of a batch is in one hash slot (see
+/// `next_batches`): the call goes to the slot's primary.
 async fn renew_batch(core: &Core, batch: &Batch) -> Result<Vec<Option<bool>>, Error> {
     let script = &core.scripts.renew;
     let mut conn = core.pool.checkout().await.map_err(Error::from)?;

@@ -212,6 +212,17 @@ impl RedisCluster {
         self.nodes.iter().map(RedisServer::url).collect()
     }
 
+    /// The client URL of the cluster: `redis+cluster://` with every node as
+    /// a seed (lock-core's Cluster URL form).
+    pub fn url(&self) -> String {
+        let seeds: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port()))
+            .collect();
+        format!("redis+cluster://{}", seeds.join(","))
+    }
+
     /// The node's cluster id (`CLUSTER MYID`).
     pub fn node_id(&self, index: usize) -> Result<String, HarnessError> {
         let node = self

@@ -4,7 +4,8 @@
 -- latch exists).
 -- KEYS[1] lock hash, KEYS[2] unlock channel, KEYS[3] the request's latch
 -- ARGV[1] the hold's owner id, ARGV[2] mode ('new' or 're', as in
--- acquire.lua), ARGV[3] unlock message, ARGV[4] latch lifetime in ms
+-- acquire.lua), ARGV[3] unlock message, ARGV[4] latch lifetime in ms,
+-- ARGV[5] the publish command ('publish' or 'spublish')
 -- Returns 1 when an applied request was undone, 0 otherwise.
 local first = redis.call('get', KEYS[3])
 redis.call('set', KEYS[3], 'x', 'px', ARGV[4])
@@ -22,6 +23,6 @@ if ARGV[2] == 'new' or redis.call('hincrby', KEYS[1], ARGV[1], -1) <= 0 then
   redis.call('hdel', KEYS[1], ARGV[1])
 end
 if redis.call('exists', KEYS[1]) == 0 then
-  redis.pcall('publish', KEYS[2], ARGV[3]) -- a refusal changes nothing here
+  redis.pcall(ARGV[5], KEYS[2], ARGV[3]) -- a refusal changes nothing here
 end
 return 1

@@ -7,7 +7,7 @@
 -- ARGV[1] owner id, ARGV[2] lease in ms (at least this long while holds remain),
 -- ARGV[3] latch lifetime in ms, ARGV[4] next owner id (a new hold's id),
 -- ARGV[5] next owner's lease in ms, ARGV[6] lifetime in ms of the token key,
--- ARGV[7] unlock message
+-- ARGV[7] unlock message, ARGV[8] the publish command ('publish' or 'spublish')
 -- Returns {0, 0} when holds remain, {3, token} when the lock went to the next
 -- owner (with a new fencing token, drawn as in acquire.lua), {-1, 0} when
 -- the owner did not hold it, {4, 0} when the lock was freed instead (the
@@ -31,7 +31,7 @@ elseif redis.call('exists', KEYS[4]) == 1 then
   -- The hand-off to this next owner was cancelled (the releaser did not
   -- learn its outcome, see cancel.lua): free the lock instead.
   redis.call('del', KEYS[1])
-  redis.pcall('publish', KEYS[5], ARGV[7])
+  redis.pcall(ARGV[8], KEYS[5], ARGV[7])
   kind = 4
 else
   -- The token first: a failure there must not leave a half-made hold.

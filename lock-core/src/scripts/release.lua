@@ -7,6 +7,7 @@
 -- ARGV[7] '1' to release every count of the hold at once (client shutdown),
 -- ARGV[8] '1' when this request was sent before (a retry): only then can its
 -- latch exist, so a first send skips reading it
+-- ARGV[9] the publish command: 'publish', or 'spublish' (sharded pub/sub)
 -- When the lock is freed and other clients wait, the turn goes to the one
 -- that has waited longest (not the releasing client): for ARGV[6] ms only it
 -- may take the lock, and it leaves the waiting set (if it does not come,
@@ -41,7 +42,7 @@ end
 redis.call('del', KEYS[1])
 -- The lock is free now, whatever PUBLISH says: a refused PUBLISH (ACL) is
 -- answered as its error text, not as a failed release.
-local told = redis.pcall('publish', KEYS[2], ARGV[3])
+local told = redis.pcall(ARGV[9], KEYS[2], ARGV[3])
 if type(told) == 'table' and told.err then
   return told.err
 end
