@@ -1,0 +1,473 @@
+//! lock-core on a Redis Cluster (`redis+cluster://`), against the
+//! harness's clusters of loopback `redis-server`s: mutual exclusion across
+//! slots and processes, waiting by sharded pub/sub (Redisson's choice on a
+//! Redis 7 cluster), watchdog renewals split by slot, a slot migrated
+//! under load, a killed primary, `{tag}` names, and a Redisson-protocol
+//! client on the same locks.
+//!
+//! Judged from the cluster itself: counters and "inside" markers kept with
+//! a redis-rs cluster connection of the test's own, `PUBSUB SHARDNUMSUB`
+//! on the slot's primary, `EXISTS` on the node that serves a slot, and
+//! other clients taking the lock.
+
+mod common;
+
+use std::process::Stdio;
+use std::time::Duration;
+
+use common::{spawn_child, within};
+use lock_core::{AcquireOptions, LockClient};
+use lock_tests::RedisCluster;
+use redis::cluster_async::ClusterConnection;
+use tokio::io::AsyncBufReadExt;
+use tokio::time::Instant;
+
+const ROLE: &str = "LOCK_TESTS_CLUSTER_ROLE";
+const URL: &str = "LOCK_TESTS_CLUSTER_URL";
+const NAMES: &str = "LOCK_TESTS_CLUSTER_NAMES";
+const ROUNDS: &str = "LOCK_TESTS_CLUSTER_ROUNDS";
+
+fn cluster(primaries: usize, replicas: usize) -> RedisCluster {
+    RedisCluster::start(primaries, replicas).unwrap_or_else(|e| panic!("cluster: {e}"))
+}
+
+fn client(url: &str, watchdog: Duration) -> LockClient {
+    LockClient::builder(url)
+        .watchdog_timeout(watchdog)
+        .command_timeout(Duration::from_secs(3))
+        .connect_timeout(Duration::from_secs(3))
+        .build()
+        .unwrap_or_else(|e| panic!("client: {e}"))
+}
+
+/// The test's own cluster connection (not the library's).
+async fn observer(c: &RedisCluster) -> ClusterConnection {
+    redis::cluster::ClusterClient::new(c.urls())
+        .unwrap_or_else(|e| panic!("{e}"))
+        .get_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("observer: {e}"))
+}
+
+async fn q<T: redis::FromRedisValue>(conn: &mut ClusterConnection, args: &[&str]) -> T {
+    let mut c = redis::cmd(args[0]);
+    for a in &args[1..] {
+        c.arg(*a);
+    }
+    c.query_async(conn)
+        .await
+        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+}
+
+fn env_var(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("{name} not set"))
+}
+
+/// One critical section on `name`: "inside" must go 0 → 1, the counter is
+/// read, then written one higher after a pause (a lost update shows when
+/// two are inside). Both keys share the lock's slot through `{name}`.
+async fn section(conn: &mut ClusterConnection, name: &str) {
+    let inside = format!("observer:inside:{{{name}}}");
+    let counter = format!("observer:counter:{{{name}}}");
+    let now: i64 = q(conn, &["INCR", &inside]).await;
+    if now != 1 {
+        let _: i64 = q(conn, &["INCR", "observer:violations"]).await;
+    }
+    let value: Option<i64> = q(conn, &["GET", &counter]).await;
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    let _: () = q(
+        conn,
+        &["SET", &counter, &(value.unwrap_or(0) + 1).to_string()],
+    )
+    .await;
+    let _: i64 = q(conn, &["DECR", &inside]).await;
+}
+
+/// The child process entry point (`common::spawn_child`).
+#[test]
+#[ignore = "child process of the cluster suite"]
+fn child_process() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    assert_eq!(role, "increment");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("runtime: {e}"));
+    runtime.block_on(increment_all(
+        env_var(URL),
+        env_var(NAMES).split(',').map(str::to_owned).collect(),
+        env_var(ROUNDS).parse().unwrap_or(1),
+    ));
+    println!("DONE");
+}
+
+/// Two tasks per lock name, each `rounds` sections under the lock.
+async fn increment_all(url: String, names: Vec<String>, rounds: usize) {
+    let client = client(&url, Duration::from_secs(5));
+    let seeds: Vec<String> = url
+        .trim_start_matches("redis+cluster://")
+        .split(',')
+        .map(|h| format!("redis://{h}"))
+        .collect();
+    let observer = redis::cluster::ClusterClient::new(seeds)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .get_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut tasks = Vec::new();
+    for name in &names {
+        for _ in 0..2 {
+            let lock = client.lock(name).unwrap_or_else(|e| panic!("{e}"));
+            let mut conn = observer.clone();
+            let name = name.clone();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..rounds {
+                    let guard = lock.acquire().await.unwrap_or_else(|e| panic!("{e}"));
+                    section(&mut conn, &name).await;
+                    guard.release().await.unwrap_or_else(|e| panic!("{e}"));
+                }
+            }));
+        }
+    }
+    for t in tasks {
+        t.await.unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mutual_exclusion_across_slots_and_processes() {
+    let c = cluster(3, 0);
+    let names: Vec<String> = (0..12).map(|i| format!("sku-{i}")).collect();
+    let slots: std::collections::HashSet<u16> = names
+        .iter()
+        .map(|n| c.key_slot(n).unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    let primaries: std::collections::HashSet<usize> = slots
+        .iter()
+        .map(|s| c.primary_for_slot(*s).unwrap_or_else(|e| panic!("{e}")))
+        .collect();
+    assert_eq!(primaries.len(), 3, "the names spread over every primary");
+    let rounds = 15;
+    let processes = 2;
+    let mut children = Vec::new();
+    for _ in 0..processes {
+        children.push(spawn_child(
+            &[
+                (ROLE, "increment".to_owned()),
+                (URL, c.url()),
+                (NAMES, names.join(",")),
+                (ROUNDS, rounds.to_string()),
+            ],
+            Stdio::null(),
+        ));
+    }
+    // And this process too.
+    increment_all(c.url(), names.clone(), rounds).await;
+    for mut child in children {
+        let status = tokio::task::block_in_place(|| child.wait()).unwrap_or_else(|e| panic!("{e}"));
+        assert!(status.success(), "child failed: {status}");
+    }
+    let mut obs = observer(&c).await;
+    let violations: Option<i64> = q(&mut obs, &["GET", "observer:violations"]).await;
+    assert_eq!(violations.unwrap_or(0), 0, "never two inside");
+    for name in &names {
+        let counter: Option<i64> =
+            q(&mut obs, &["GET", &format!("observer:counter:{{{name}}}")]).await;
+        assert_eq!(
+            counter,
+            Some(((processes + 1) * 2 * rounds) as i64),
+            "no lost update on {name}"
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_is_woken_by_sharded_pub_sub_on_the_slots_primary() {
+    let c = cluster(3, 0);
+    let holder = client(&c.url(), Duration::from_secs(30));
+    let waiter_client = client(&c.url(), Duration::from_secs(30));
+    let name = "flash";
+    let lock = holder.lock(name).unwrap_or_else(|e| panic!("{e}"));
+    // A fixed lease of 20 s: a wake-up by TTL would take that long.
+    let guard = lock
+        .acquire_with(AcquireOptions::new().lease(Duration::from_secs(20)))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let waiter = tokio::spawn({
+        let lock = waiter_client.lock(name).unwrap_or_else(|e| panic!("{e}"));
+        async move {
+            let g = lock.acquire().await;
+            (g, Instant::now())
+        }
+    });
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let slot_primary = &c.nodes()[c
+        .primary_for_slot(c.key_slot(&channel).unwrap_or_else(|e| panic!("{e}")))
+        .unwrap_or_else(|e| panic!("{e}"))];
+    within(Duration::from_secs(5), "sharded subscription", async {
+        loop {
+            let reply = slot_primary
+                .command(&["PUBSUB", "SHARDNUMSUB", &channel])
+                .unwrap_or_else(|e| panic!("{e}"));
+            let count = reply
+                .as_array()
+                .and_then(|a| a.get(1))
+                .and_then(|v| v.as_i64());
+            if count == Some(1) {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    let global = slot_primary
+        .command(&["PUBSUB", "NUMSUB", &channel])
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(
+        global
+            .as_array()
+            .and_then(|a| a.get(1))
+            .and_then(|v| v.as_i64()),
+        Some(0),
+        "no classic subscription"
+    );
+    let released = Instant::now();
+    guard.release().await.unwrap_or_else(|e| panic!("{e}"));
+    let (got, at) = within(Duration::from_secs(5), "waiter", waiter)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let got = got.unwrap_or_else(|e| panic!("{e}"));
+    let woke = at.duration_since(released);
+    println!("woken {woke:?} after the release (the holder's lease had ~20 s left)");
+    assert!(
+        woke < Duration::from_secs(2),
+        "woken by the message, not the TTL: {woke:?}"
+    );
+    got.release().await.unwrap_or_else(|e| panic!("{e}"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_watchdog_locks_over_every_slot_are_renewed_without_cross_slot_errors() {
+    let c = cluster(3, 0);
+    let errors = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
+    let watchdog = Duration::from_secs(3);
+    let cl = LockClient::builder(c.url())
+        .watchdog_timeout(watchdog)
+        .command_timeout(Duration::from_secs(5))
+        .error_hook({
+            let errors = errors.clone();
+            move |e| {
+                errors
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .push(e.to_string())
+            }
+        })
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let count = 10_000;
+    let mut guards = Vec::with_capacity(count);
+    for chunk in (0..count).collect::<Vec<_>>().chunks(500) {
+        let batch = futures_util::future::join_all(chunk.iter().map(|i| {
+            let lock = cl
+                .lock(format!("many-{i}"))
+                .unwrap_or_else(|e| panic!("{e}"));
+            async move { lock.acquire().await.unwrap_or_else(|e| panic!("{e}")) }
+        }))
+        .await;
+        guards.extend(batch);
+    }
+    let slots: std::collections::HashSet<redis::cluster_routing::Slot> = (0..count)
+        .map(|i| redis::cluster_routing::Slot::for_key(format!("many-{i}")))
+        .collect();
+    println!("{count} locks over {} slots", slots.len());
+    // Three renewal periods (1 s each) after the last acquisition: past the
+    // lease of the first holds, so they live by renewals alone.
+    tokio::time::sleep(Duration::from_millis(3200)).await;
+    let held = guards.iter().filter(|g| g.is_held()).count();
+    assert_eq!(held, count, "every hold still valid");
+    // The cluster says so too: a sample of keys has its TTL pushed back
+    // above what is left of the first lease.
+    let mut obs = observer(&c).await;
+    for i in (0..count).step_by(997) {
+        let pttl: i64 = q(&mut obs, &["PTTL", &format!("many-{i}")]).await;
+        assert!(
+            pttl > 0 && pttl <= watchdog.as_millis() as i64,
+            "many-{i}: PTTL {pttl}"
+        );
+    }
+    let errors = errors.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    assert!(
+        errors.is_empty(),
+        "background errors: {:?}",
+        &errors[..errors.len().min(3)]
+    );
+    let mut failed = Vec::new();
+    while !guards.is_empty() {
+        let chunk: Vec<_> = guards.drain(..guards.len().min(500)).collect();
+        let released = futures_util::future::join_all(chunk.into_iter().map(|g| g.release())).await;
+        failed.extend(
+            released
+                .iter()
+                .filter_map(|r| r.as_ref().err().map(ToString::to_string)),
+        );
+    }
+    assert!(
+        failed.is_empty(),
+        "{} releases failed, first: {:?}",
+        failed.len(),
+        failed.first()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_with_a_tag_live_in_the_tags_slot() {
+    let c = cluster(3, 0);
+    let cl = client(&c.url(), Duration::from_secs(30));
+    let tag_slot = c.key_slot("user:7").unwrap_or_else(|e| panic!("{e}"));
+    let node = &c.nodes()[c
+        .primary_for_slot(tag_slot)
+        .unwrap_or_else(|e| panic!("{e}"))];
+    for name in ["{user:7}:orders", "{user:7}:cart", "profile:{user:7}"] {
+        let lock = cl.lock(name).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            c.key_slot(lock.key()).unwrap_or_else(|e| panic!("{e}")),
+            tag_slot
+        );
+        let g = lock.acquire().await.unwrap_or_else(|e| panic!("{e}"));
+        let on_node = node
+            .command(&["EXISTS", lock.key()])
+            .unwrap_or_else(|e| panic!("{e}"))
+            .as_i64();
+        assert_eq!(on_node, Some(1), "{name} is on the tag's primary");
+        let token_key = format!("redisson_lock_token:{name}");
+        assert_eq!(
+            c.key_slot(&token_key).unwrap_or_else(|e| panic!("{e}")),
+            tag_slot,
+            "the fencing counter shares the slot"
+        );
+        g.release().await.unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// Redisson's acquire and release scripts on a Redis 7 cluster (release
+/// publishes with SPUBLISH, as Redisson does once it found sharded pub/sub).
+const REDISSON_ACQUIRE: &str = "\
+if (redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then \
+  redis.call('hincrby', KEYS[1], ARGV[2], 1); \
+  redis.call('pexpire', KEYS[1], ARGV[1]); \
+  return nil; \
+end; \
+return redis.call('pttl', KEYS[1]);";
+const REDISSON_RELEASE: &str = "\
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return nil; end; \
+local n = redis.call('hincrby', KEYS[1], ARGV[1], -1); \
+if n > 0 then return 0; end; \
+redis.call('del', KEYS[1]); \
+redis.call(ARGV[2], KEYS[2], '0'); \
+return 1;";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redisson_protocol_client_and_lock_core_wake_each_other_by_sharded_pub_sub() {
+    let c = cluster(3, 0);
+    let name = "interop";
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let node = &c.nodes()[c
+        .primary_for_slot(c.key_slot(&channel).unwrap_or_else(|e| panic!("{e}")))
+        .unwrap_or_else(|e| panic!("{e}"))];
+    let mut obs = observer(&c).await;
+    let java_owner = "8c1e5a0e-0000-4000-8000-000000000001:1";
+
+    // 1. The Redisson-protocol client holds (30 s lease); lock-core waits
+    //    and is woken by its SPUBLISH.
+    let held: Option<i64> = redis::Script::new(REDISSON_ACQUIRE)
+        .key(name)
+        .arg(30_000)
+        .arg(java_owner)
+        .invoke_async(&mut obs)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(held, None, "taken by the Redisson-protocol client");
+    let cl = client(&c.url(), Duration::from_secs(30));
+    let waiter = tokio::spawn({
+        let lock = cl.lock(name).unwrap_or_else(|e| panic!("{e}"));
+        async move {
+            let g = lock.acquire().await;
+            (g, Instant::now())
+        }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiter.is_finished());
+    let released = Instant::now();
+    let freed: Option<i64> = redis::Script::new(REDISSON_RELEASE)
+        .key(name)
+        .key(&channel)
+        .arg(java_owner)
+        .arg("spublish")
+        .invoke_async(&mut obs)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(freed, Some(1));
+    let (g, at) = within(Duration::from_secs(5), "lock-core waiter", waiter)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let g = g.unwrap_or_else(|e| panic!("{e}"));
+    let woke = at.duration_since(released);
+    println!("lock-core woken {woke:?} after the Redisson-protocol release");
+    assert!(woke < Duration::from_secs(2), "{woke:?}");
+
+    // 2. lock-core holds; a Redisson-protocol subscriber (SSUBSCRIBE on the
+    //    slot's primary, as Redisson subscribes) hears lock-core's release.
+    let mut sub = tokio::net::TcpStream::connect(node.addr())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let ssub = format!(
+        "*2\r\n$10\r\nSSUBSCRIBE\r\n${}\r\n{channel}\r\n",
+        channel.len()
+    );
+    tokio::io::AsyncWriteExt::write_all(&mut sub, ssub.as_bytes())
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut reader = tokio::io::BufReader::new(sub);
+    let mut lines = Vec::new();
+    // The confirmation: *3, $10, ssubscribe, $n, channel, :1
+    for _ in 0..6 {
+        let mut line = String::new();
+        reader
+            .read_line(&mut line)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        lines.push(line.trim_end().to_owned());
+    }
+    assert_eq!(
+        lines.get(2).map(String::as_str),
+        Some("ssubscribe"),
+        "{lines:?}"
+    );
+    g.release().await.unwrap_or_else(|e| panic!("{e}"));
+    let mut message = Vec::new();
+    within(Duration::from_secs(2), "the unlock message", async {
+        for _ in 0..7 {
+            let mut line = String::new();
+            reader
+                .read_line(&mut line)
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            message.push(line.trim_end().to_owned());
+        }
+    })
+    .await;
+    assert_eq!(
+        message.get(2).map(String::as_str),
+        Some("smessage"),
+        "{message:?}"
+    );
+    assert_eq!(
+        message.last().map(String::as_str),
+        Some("0"),
+        "Redisson's unlock message"
+    );
+}
