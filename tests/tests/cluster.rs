@@ -471,3 +471,113 @@ async fn a_redisson_protocol_client_and_lock_core_wake_each_other_by_sharded_pub
         "Redisson's unlock message"
     );
 }
+
+/// Sections on one lock from two clients while its slot (lock, helper and
+/// observer keys alike) moves to another primary: no lost update, never two
+/// inside, every waiter served; afterwards the waiters' sharded
+/// subscription lives on the new primary and still wakes them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slot_migrated_under_load_loses_no_update_and_still_wakes_waiters() {
+    let c = cluster(3, 0);
+    let name = "moving";
+    let slot = c.key_slot(name).unwrap_or_else(|e| panic!("{e}"));
+    let from = c.primary_for_slot(slot).unwrap_or_else(|e| panic!("{e}"));
+    let to = (from + 1) % 3;
+    let clients = [
+        client(&c.url(), Duration::from_secs(5)),
+        client(&c.url(), Duration::from_secs(5)),
+    ];
+    let obs = observer(&c).await;
+    let rounds = 60;
+    let mut tasks = Vec::new();
+    for cl in &clients {
+        for _ in 0..2 {
+            let lock = cl.lock(name).unwrap_or_else(|e| panic!("{e}"));
+            let mut conn = obs.clone();
+            tasks.push(tokio::spawn(async move {
+                for _ in 0..rounds {
+                    let guard = lock.acquire().await.unwrap_or_else(|e| panic!("{e}"));
+                    section(&mut conn, name).await;
+                    guard.release().await.unwrap_or_else(|e| panic!("{e}"));
+                }
+            }));
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let started = Instant::now();
+    tokio::task::block_in_place(|| c.migrate_slot(slot, from, to))
+        .unwrap_or_else(|e| panic!("migrate: {e}"));
+    println!("slot {slot} moved from node {from} to node {to} in {:?}", started.elapsed());
+    assert_eq!(c.primary_for_slot(slot).unwrap_or_else(|e| panic!("{e}")), to);
+    let all_done = within(Duration::from_secs(60), "every section", async {
+        for t in tasks {
+            t.await.unwrap_or_else(|e| panic!("{e}"));
+        }
+    });
+    all_done.await;
+    let mut obs = obs;
+    let violations: Option<i64> = q(&mut obs, &["GET", "observer:violations"]).await;
+    assert_eq!(violations.unwrap_or(0), 0, "never two inside");
+    let counter: Option<i64> = q(&mut obs, &["GET", &format!("observer:counter:{{{name}}}")]).await;
+    assert_eq!(counter, Some((2 * 2 * rounds) as i64), "no lost update");
+    let on_new: Option<i64> = c.nodes()[to]
+        .command(&["GET", &format!("observer:counter:{{{name}}}")])
+        .unwrap_or_else(|e| panic!("{e}"))
+        .as_string()
+        .and_then(|s| s.parse().ok());
+    assert_eq!(on_new, counter, "the slot's keys live on the new primary");
+
+    // A waiter subscribed while the slot moves back: the server ends its
+    // shard subscription (`sunsubscribe`), the client subscribes again on
+    // the slot's new primary, and the release still wakes it.
+    let guard = clients[0]
+        .lock(name)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .acquire_with(AcquireOptions::new().lease(Duration::from_secs(20)))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let waiter = tokio::spawn({
+        let lock = clients[1].lock(name).unwrap_or_else(|e| panic!("{e}"));
+        async move {
+            let g = lock.acquire().await;
+            (g, Instant::now())
+        }
+    });
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let subscribers = |node: usize| {
+        c.nodes()[node]
+            .command(&["PUBSUB", "SHARDNUMSUB", &channel])
+            .unwrap_or_else(|e| panic!("{e}"))
+            .as_array()
+            .and_then(|a| a.get(1))
+            .and_then(|v| v.as_i64())
+    };
+    within(Duration::from_secs(5), "subscription on the new primary", async {
+        while subscribers(to) != Some(1) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    tokio::task::block_in_place(|| c.migrate_slot(slot, to, from))
+        .unwrap_or_else(|e| panic!("migrate back: {e}"));
+    within(Duration::from_secs(5), "subscribed again where the slot went", async {
+        while subscribers(from) != Some(1) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(subscribers(to), Some(0), "nothing left on the old primary");
+    assert!(!waiter.is_finished(), "the 20 s lease still holds the waiter");
+    let released = Instant::now();
+    guard.release().await.unwrap_or_else(|e| panic!("{e}"));
+    let (g, at) = within(Duration::from_secs(5), "waiter", waiter)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let woke = at.duration_since(released);
+    println!("after the move, woken {woke:?} after the release");
+    assert!(woke < Duration::from_secs(2), "{woke:?}");
+    g.unwrap_or_else(|e| panic!("{e}"))
+        .release()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+}
