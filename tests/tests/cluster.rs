@@ -507,8 +507,14 @@ async fn a_slot_migrated_under_load_loses_no_update_and_still_wakes_waiters() {
     let started = Instant::now();
     tokio::task::block_in_place(|| c.migrate_slot(slot, from, to))
         .unwrap_or_else(|e| panic!("migrate: {e}"));
-    println!("slot {slot} moved from node {from} to node {to} in {:?}", started.elapsed());
-    assert_eq!(c.primary_for_slot(slot).unwrap_or_else(|e| panic!("{e}")), to);
+    println!(
+        "slot {slot} moved from node {from} to node {to} in {:?}",
+        started.elapsed()
+    );
+    assert_eq!(
+        c.primary_for_slot(slot).unwrap_or_else(|e| panic!("{e}")),
+        to
+    );
     let all_done = within(Duration::from_secs(60), "every section", async {
         for t in tasks {
             t.await.unwrap_or_else(|e| panic!("{e}"));
@@ -552,22 +558,33 @@ async fn a_slot_migrated_under_load_loses_no_update_and_still_wakes_waiters() {
             .and_then(|a| a.get(1))
             .and_then(|v| v.as_i64())
     };
-    within(Duration::from_secs(5), "subscription on the new primary", async {
-        while subscribers(to) != Some(1) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
+    within(
+        Duration::from_secs(5),
+        "subscription on the new primary",
+        async {
+            while subscribers(to) != Some(1) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        },
+    )
     .await;
     tokio::task::block_in_place(|| c.migrate_slot(slot, to, from))
         .unwrap_or_else(|e| panic!("migrate back: {e}"));
-    within(Duration::from_secs(5), "subscribed again where the slot went", async {
-        while subscribers(from) != Some(1) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
+    within(
+        Duration::from_secs(5),
+        "subscribed again where the slot went",
+        async {
+            while subscribers(from) != Some(1) {
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        },
+    )
     .await;
     assert_eq!(subscribers(to), Some(0), "nothing left on the old primary");
-    assert!(!waiter.is_finished(), "the 20 s lease still holds the waiter");
+    assert!(
+        !waiter.is_finished(),
+        "the 20 s lease still holds the waiter"
+    );
     let released = Instant::now();
     guard.release().await.unwrap_or_else(|e| panic!("{e}"));
     let (g, at) = within(Duration::from_secs(5), "waiter", waiter)
@@ -580,4 +597,98 @@ async fn a_slot_migrated_under_load_loses_no_update_and_still_wakes_waiters() {
         .release()
         .await
         .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Holds acknowledged by their replicas (`wait_for_replicas(1, ..)`), then
+/// one primary killed: its replica takes over with the holds, the holder
+/// keeps and renews them there, and a second client never gets one of
+/// them while the holder's guard says it is held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_primarys_replicated_holds_are_kept_never_double_held() {
+    let mut c = cluster(3, 1);
+    let watchdog = Duration::from_secs(6);
+    let holder = LockClient::builder(c.url())
+        .watchdog_timeout(watchdog)
+        .wait_for_replicas(1, Duration::from_secs(2))
+        .command_timeout(Duration::from_secs(3))
+        .connect_timeout(Duration::from_secs(3))
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let other = client(&c.url(), watchdog);
+    let names: Vec<String> = (0..12).map(|i| format!("kept-{i}")).collect();
+    let mut guards = Vec::new();
+    for name in &names {
+        let lock = holder.lock(name).unwrap_or_else(|e| panic!("{e}"));
+        guards.push(
+            lock.acquire()
+                .await
+                .unwrap_or_else(|e| panic!("{name}: {e}")),
+        );
+    }
+    let victim = c
+        .primary_for_slot(c.key_slot(&names[0]).unwrap_or_else(|e| panic!("{e}")))
+        .unwrap_or_else(|e| panic!("{e}"));
+    let on_victim: Vec<usize> = names
+        .iter()
+        .enumerate()
+        .filter(|(_, n)| {
+            c.primary_for_slot(c.key_slot(n).unwrap_or_else(|e| panic!("{e}")))
+                .ok()
+                == Some(victim)
+        })
+        .map(|(i, _)| i)
+        .collect();
+    if let Some(node) = c.node_mut(victim) {
+        node.kill();
+    }
+    let killed = Instant::now();
+    // The other client keeps trying every lock meanwhile.
+    let mut double = Vec::new();
+    let deadline = killed + Duration::from_secs(8);
+    while Instant::now() < deadline {
+        for (i, name) in names.iter().enumerate() {
+            let lock = other.lock(name).unwrap_or_else(|e| panic!("{e}"));
+            if let Ok(Some(g)) = lock.try_acquire().await {
+                if guards[i].is_held() {
+                    double.push(name.clone());
+                }
+                let _ = g.release().await;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(
+        double.is_empty(),
+        "taken while the holder's guard said held: {double:?}"
+    );
+    tokio::task::block_in_place(|| c.wait_ok(Duration::from_secs(20)))
+        .unwrap_or_else(|e| panic!("cluster did not recover: {e}"));
+    let new_primary = c
+        .primary_for_slot(c.key_slot(&names[0]).unwrap_or_else(|e| panic!("{e}")))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_ne!(new_primary, victim, "a replica took over");
+    let kept = on_victim.iter().filter(|i| guards[**i].is_held()).count();
+    println!(
+        "{} of {} holds on the killed primary kept (8 s after the kill, renewed on the promoted replica)",
+        kept,
+        on_victim.len()
+    );
+    assert_eq!(
+        kept,
+        on_victim.len(),
+        "acknowledged holds survive the failover"
+    );
+    let mut obs = observer(&c).await;
+    for i in &on_victim {
+        let owners: Vec<String> = q(&mut obs, &["HKEYS", &names[*i]]).await;
+        assert_eq!(
+            owners,
+            vec![guards[*i].owner_id().to_owned()],
+            "{} on the new primary",
+            names[*i]
+        );
+    }
+    for g in guards {
+        g.release().await.unwrap_or_else(|e| panic!("{e}"));
+    }
 }
