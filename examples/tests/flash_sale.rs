@@ -116,3 +116,39 @@ fn the_demo_uses_the_given_redis_and_leaves_no_stock_key_behind() {
         .expect("EXISTS");
     assert_eq!(locks.as_i64(), Some(0), "the lock is released");
 }
+
+#[test]
+fn the_demo_runs_unchanged_on_a_cluster_and_through_sentinel() {
+    let locked_round = |url: &str| {
+        let (ok, rows, stderr) = demo(
+            &[
+                "--processes",
+                "2",
+                "--buyers",
+                "5",
+                "--stock",
+                "15",
+                "--rounds",
+                "locked",
+            ],
+            Some(url),
+        );
+        assert!(ok, "demo failed on {url}: {stderr}");
+        assert_eq!(
+            (rows[0]["sold"].as_u64(), rows[0]["final_stock"].as_i64()),
+            (Some(15), Some(0)),
+            "{url}"
+        );
+    };
+    let cluster = lock_tests::RedisCluster::start(3, 0).expect("cluster");
+    locked_round(&cluster.url());
+    let slot = cluster.key_slot("flash-sale:stock:sku-42").expect("slot");
+    let node = &cluster.nodes()[cluster.primary_for_slot(slot).expect("primary")];
+    let stock = node
+        .command(&["EXISTS", "flash-sale:stock:sku-42"])
+        .expect("EXISTS");
+    assert_eq!(stock.as_i64(), Some(0), "the stock key is removed");
+
+    let sentinel = lock_tests::SentinelSet::start("shop").expect("sentinel set");
+    locked_round(&sentinel.url());
+}

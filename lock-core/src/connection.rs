@@ -92,7 +92,40 @@ impl std::fmt::Debug for Link {
     }
 }
 
+impl ConnectionLike for Link {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> redis::RedisFuture<'a, Value> {
+        match self {
+            Link::Node(c) => c.req_packed_command(cmd),
+            Link::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<Value>> {
+        match self {
+            Link::Node(c) => c.req_packed_commands(pipeline, offset, count),
+            Link::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Link::Node(c) => c.get_db(),
+            Link::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
 impl Conn {
+    /// The connection itself, for commands of the client's user.
+    pub(crate) fn into_link(self) -> Link {
+        self.inner
+    }
+
     /// Sends one command; a connection-level failure marks the connection broken.
     pub(crate) async fn query(&mut self, cmd: &Cmd) -> RedisResult<Value> {
         let result = match &mut self.inner {
@@ -234,6 +267,11 @@ impl Pool {
         let conn = self.connector.dedicated_connection().await?;
         self.lock_shared().push(conn.clone());
         Ok(conn)
+    }
+
+    /// A new connection, not shared with the client's commands.
+    pub(crate) async fn dedicated(&self) -> Result<Conn, RedisError> {
+        self.connector.dedicated_connection().await
     }
 
     /// A connection of its own for commands that block it (a `WAIT` after

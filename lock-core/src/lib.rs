@@ -392,6 +392,7 @@ mod client;
 mod config;
 mod connection;
 mod context;
+mod data;
 mod default_client;
 mod endpoint;
 mod error;
@@ -420,6 +421,7 @@ pub use config::{
     MAX_LEASE,
 };
 pub use context::{in_context, LockContext};
+pub use data::RedisConnection;
 pub use default_client::{default_client, install_default};
 pub use error::{Error, Result};
 pub use guard::LockGuard;

@@ -680,3 +680,57 @@ fn the_default_url_comes_from_redis_url() {
     assert_eq!(out.code, Some(0), "{out:?}");
     assert_eq!(out.json_lines()[0]["locked"], false);
 }
+
+// ------------------------------------------------------- cluster, sentinel
+
+#[test]
+fn hold_status_and_list_work_unchanged_with_cluster_and_sentinel_urls() {
+    let cluster = lock_tests::RedisCluster::start(3, 0).expect("cluster");
+    let url = cluster.url();
+    let names: Vec<String> = (0..6).map(|i| format!("job-{i}")).collect();
+    let primaries: std::collections::HashSet<usize> = names
+        .iter()
+        .map(|n| {
+            cluster
+                .primary_for_slot(cluster.key_slot(n).expect("slot"))
+                .expect("primary")
+        })
+        .collect();
+    assert!(primaries.len() >= 2, "the names spread over primaries");
+    let mut holders: Vec<Proc> = Vec::new();
+    for name in &names {
+        let mut p = Proc::spawn(lockctl(&url, &["hold", name]));
+        p.first_json(LIMIT);
+        holders.push(p);
+    }
+    let out = run(lockctl(&url, &["list"]));
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let listed: Vec<String> = out
+        .json_lines()
+        .iter()
+        .map(|l| l["name"].as_str().expect("name").to_string())
+        .collect();
+    assert_eq!(listed, names, "every primary scanned");
+    assert_eq!(status(&url, "job-3")["locked"], true);
+    for p in holders {
+        p.signal(Signal::SIGTERM);
+        assert_eq!(p.finish(LIMIT).code, Some(0));
+    }
+    assert_eq!(status(&url, "job-3")["locked"], false);
+
+    let sentinel = lock_tests::SentinelSet::start("locks").expect("sentinel set");
+    let url = sentinel.url();
+    let mut p = Proc::spawn(lockctl(&url, &["hold", "nightly"]));
+    p.first_json(LIMIT);
+    assert_eq!(status(&url, "nightly")["locked"], true);
+    let on_primary = sentinel.data_nodes()[0]
+        .command(&["EXISTS", "nightly"])
+        .expect("EXISTS");
+    assert_eq!(
+        on_primary.as_i64(),
+        Some(1),
+        "held on the primary the sentinels name"
+    );
+    p.signal(Signal::SIGTERM);
+    assert_eq!(p.finish(LIMIT).code, Some(0));
+}

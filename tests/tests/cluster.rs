@@ -11,6 +11,7 @@
 //! other clients taking the lock.
 
 mod common;
+mod tower_support;
 
 use std::process::Stdio;
 use std::time::Duration;
@@ -690,5 +691,50 @@ async fn a_killed_primarys_replicated_holds_are_kept_never_double_held() {
     }
     for g in guards {
         g.release().await.unwrap_or_else(|e| panic!("{e}"));
+    }
+}
+
+/// lock-tower's layer with a cluster client, unchanged: concurrent requests
+/// for one key run one at a time (counters kept on the cluster).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_tower_layer_serializes_requests_per_key_on_a_cluster() {
+    use lock_tower::{LockLayer, PathSegment};
+    let c = cluster(3, 0);
+    let cl = client(&c.url(), Duration::from_secs(10));
+    let obs = observer(&c).await;
+    let app = axum::Router::new()
+        .route(
+            "/orders/{id}",
+            axum::routing::post(
+                move |axum::extract::Path(id): axum::extract::Path<String>| {
+                    let mut conn = obs.clone();
+                    async move {
+                        section(&mut conn, &id).await;
+                        "ok"
+                    }
+                },
+            ),
+        )
+        .layer(LockLayer::new(cl, PathSegment::after("orders")));
+    let server = tower_support::HttpServer::start(app).await;
+    let http = tower_support::http_client();
+    let ids = ["a-1", "b-2", "c-3"];
+    let per_id = 8;
+    let replies = futures_util::future::join_all((0..per_id).flat_map(|_| {
+        ids.iter()
+            .map(|id| tower_support::send(&http, "POST", server.url(&format!("/orders/{id}"))))
+    }))
+    .await;
+    assert!(replies.iter().all(|r| r.status == 200));
+    let mut obs = observer(&c).await;
+    let violations: Option<i64> = q(&mut obs, &["GET", "observer:violations"]).await;
+    assert_eq!(
+        violations.unwrap_or(0),
+        0,
+        "never two requests inside for one key"
+    );
+    for id in ids {
+        let n: Option<i64> = q(&mut obs, &["GET", &format!("observer:counter:{{{id}}}")]).await;
+        assert_eq!(n, Some(per_id), "{id}");
     }
 }

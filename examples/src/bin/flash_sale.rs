@@ -35,7 +35,8 @@ type BoxError = Box<dyn std::error::Error + Send + Sync>;
 #[derive(Debug, Parser)]
 #[command(about = "Flash sale: the same buyers without and with a distributed lock")]
 struct Args {
-    /// Redis URL; default $REDIS_URL, else a private redis-server for the run
+    /// Redis URL (one server, `redis+sentinel://...` or `redis+cluster://...`);
+    /// default $REDIS_URL, else a private redis-server for the run
     #[arg(long, env = "REDIS_URL", hide_env_values = true)]
     url: Option<String>,
     /// Units in stock at the start of each round
@@ -105,7 +106,7 @@ enum ShopError {
 /// One buyer process's view of the shop: the stock in Redis and the locks.
 #[derive(Clone)]
 struct Shop {
-    redis: redis::aio::MultiplexedConnection,
+    redis: lock_core::RedisConnection,
     locks: LockClient,
     think: Duration,
 }
@@ -150,9 +151,8 @@ async fn child(mode: Mode, args: &Args) -> Result<(), BoxError> {
         .key_prefix(LOCK_PREFIX)
         .build()?;
     locks.ping().await?;
-    let redis = redis::Client::open(url.as_str())?
-        .get_multiplexed_async_connection()
-        .await?;
+    // The stock lives where the locks do (one server, Sentinel or cluster).
+    let redis = locks.redis_connection().await?;
     let shop = Shop {
         redis,
         locks,
@@ -245,7 +245,7 @@ async fn spawn_buyer(mode: Mode, url: &str, args: &Args) -> Result<Buyer, BoxErr
 }
 
 async fn redis_int(
-    conn: &mut redis::aio::MultiplexedConnection,
+    conn: &mut lock_core::RedisConnection,
     cmd: &redis::Cmd,
 ) -> Result<i64, BoxError> {
     let value: Option<i64> = cmd.query_async(conn).await?;
@@ -255,9 +255,7 @@ async fn redis_int(
 /// Sets the stock, starts the buyer processes, lets them all go at once,
 /// and measures until the last one has sold out.
 async fn round(mode: Mode, url: &str, args: &Args) -> Result<Row, BoxError> {
-    let mut redis = redis::Client::open(url)?
-        .get_multiplexed_async_connection()
-        .await?;
+    let mut redis = LockClient::builder(url).build()?.redis_connection().await?;
     let key = stock_key(SKU);
     let _: () = redis::cmd("SET")
         .arg(&key)
