@@ -105,7 +105,16 @@ impl Core {
         if let Some(sharded) = self.sharding.known() {
             return Ok(Sharding::publish_command(sharded));
         }
-        let sharded = self
+        // Boxed: the probe runs once per client, and its future type stays
+        // out of every caller's (deeply nested types hit the compiler's
+        // recursion limit in callers' crates).
+        let probe: std::pin::Pin<Box<dyn std::future::Future<Output = Result<bool>> + Send + '_>> =
+            Box::pin(self.probe_sharded());
+        Ok(Sharding::publish_command(probe.await?))
+    }
+
+    async fn probe_sharded(&self) -> Result<bool> {
+        Ok(self
             .sharding
             .sharded(|| async {
                 self.run_cmd(&crate::sharding::probe_cmd())
@@ -119,8 +128,7 @@ impl Core {
                         )),
                     })
             })
-            .await?;
-        Ok(Sharding::publish_command(sharded))
+            .await?)
     }
 
     /// Runs one plain command (reads, PING) on a shared connection; a
