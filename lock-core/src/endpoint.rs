@@ -763,6 +763,48 @@ mod tests {
     }
 
     #[test]
+    fn cluster_urls_name_seeds_and_credentials() {
+        let u = match ClusterUrl::parse("redis+cluster://app:s%3Acret@10.0.0.1:7000,10.0.0.2") {
+            Ok(Some(u)) => u,
+            other => panic!("{other:?}"),
+        };
+        assert!(!u.tls);
+        assert_eq!(
+            u.seeds,
+            [("10.0.0.1".to_owned(), 7000), ("10.0.0.2".to_owned(), 6379)]
+        );
+        assert_eq!(
+            (u.username.as_deref(), u.password.as_deref()),
+            (Some("app"), Some("s:cret"))
+        );
+        assert!(matches!(
+            ClusterUrl::parse("rediss+cluster://h"),
+            Ok(Some(ClusterUrl { tls: true, .. }))
+        ));
+        assert!(matches!(ClusterUrl::parse("redis://h"), Ok(None)));
+        for (url, want) in [
+            ("redis+cluster://h/0", "no path"),
+            ("redis+cluster://h?x=1", "unknown parameter `x`"),
+            ("redis+cluster://h:port", "is not host[:port]"),
+        ] {
+            match ClusterUrl::parse(url) {
+                Err(e) => assert!(e.to_string().contains(want), "{url}: {e}"),
+                Ok(u) => panic!("{url} accepted: {u:?}"),
+            }
+        }
+    }
+
+    #[test]
+    fn sharded_pub_sub_needs_a_cluster_url() {
+        let mut config = ClientConfig::new("redis://127.0.0.1");
+        config.pubsub_mode = crate::PubSubMode::Sharded;
+        let err = config.validate().expect_err("accepted");
+        assert!(err.to_string().contains("needs a cluster url"), "{err}");
+        config.url = "redis+cluster://127.0.0.1:7000".into();
+        assert!(config.validate().is_ok());
+    }
+
+    #[test]
     fn escapes_decode_and_bad_ones_stay() {
         assert_eq!(decode("a%2Fb%3a"), "a/b:");
         assert_eq!(decode("100%"), "100%");

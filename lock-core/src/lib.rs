@@ -199,6 +199,13 @@
 //!   the primary the sentinels name; on `+switch-master` (or a `READONLY`
 //!   reply) the client moves to the new primary. Holds the new primary
 //!   lacks are reported lost by their next renewal.
+//! - **Redis Cluster** (Redis 7): `redis+cluster://host1:7000,host2:7000`
+//!   (seed nodes). Every key of a lock shares a slot; the watchdog renews
+//!   per slot; waiters listen with sharded pub/sub on the slot's primary
+//!   when the cluster has it ([`PubSubMode`]), following moved slots.
+//!
+//! [`LockClient::redis_connection`] gives your own commands (the data a
+//! lock protects) a connection to the same deployment.
 //!
 //! ```no_run
 //! # async fn demo() -> lock_core::Result<()> {

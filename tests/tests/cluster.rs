@@ -738,3 +738,58 @@ async fn the_tower_layer_serializes_requests_per_key_on_a_cluster() {
         assert_eq!(n, Some(per_id), "{id}");
     }
 }
+
+/// `PubSubMode::Global` on a cluster: classic `SUBSCRIBE` / `PUBLISH`
+/// (cluster-wide), no shard subscription; the waiter is still woken by the
+/// release, not by the holder's TTL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn global_pub_sub_mode_uses_classic_channels_on_a_cluster() {
+    let c = cluster(3, 0);
+    let build = || {
+        LockClient::builder(c.url())
+            .pubsub_mode(lock_core::PubSubMode::Global)
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"))
+    };
+    let (holder, waiter_client) = (build(), build());
+    let name = "classic";
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let guard = holder
+        .lock(name)
+        .unwrap_or_else(|e| panic!("{e}"))
+        .acquire_with(AcquireOptions::new().lease(Duration::from_secs(20)))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let waiter = tokio::spawn({
+        let lock = waiter_client.lock(name).unwrap_or_else(|e| panic!("{e}"));
+        async move {
+            let g = lock.acquire().await;
+            (g, Instant::now())
+        }
+    });
+    let count = |sub: &str| -> i64 {
+        c.nodes()
+            .iter()
+            .filter_map(|n| n.command(&["PUBSUB", sub, &channel]).ok())
+            .filter_map(|r| r.as_array().and_then(|a| a.get(1)).and_then(|v| v.as_i64()))
+            .sum()
+    };
+    within(Duration::from_secs(5), "classic subscription", async {
+        while count("NUMSUB") != 1 {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    assert_eq!(count("SHARDNUMSUB"), 0, "no shard subscription");
+    let released = Instant::now();
+    guard.release().await.unwrap_or_else(|e| panic!("{e}"));
+    let (g, at) = within(Duration::from_secs(5), "waiter", waiter)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let woke = at.duration_since(released);
+    assert!(woke < Duration::from_secs(2), "woken by PUBLISH: {woke:?}");
+    g.unwrap_or_else(|e| panic!("{e}"))
+        .release()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+}
