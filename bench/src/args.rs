@@ -26,6 +26,8 @@ usage: lock-bench [options]
   --threads N          tokio worker threads (default: CPUs this process may run on)
   --redis-cpu N        pin the private redis-server to CPU N (ignored with --url)
   --bench-cpu N        pin this program (and its W3 children) to CPU N
+  --cluster            after the single-server run, run REF, W1, W2, W3, W3NP and WD again
+                       on a private 3-primary Redis Cluster (lib names end in @cluster)
   --smoke              tiny durations and counts, for CI (whole run well under 20 s)
   -h, --help           this text
 
@@ -107,6 +109,8 @@ pub(crate) struct Options {
     pub(crate) redis_cpu: Option<usize>,
     pub(crate) bench_cpu: Option<usize>,
     pub(crate) smoke: bool,
+    /// Run the workloads again on a private 3-primary cluster.
+    pub(crate) cluster: bool,
 }
 
 /// Settings of a W3 / W3NP child process (the hidden `--child w3` role).
@@ -153,6 +157,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Command, String> {
     let mut redis_cpu = None;
     let mut bench_cpu = None;
     let mut smoke = false;
+    let mut cluster = false;
     let mut child = None;
     let mut prefix = None;
     let mut proc_id = None;
@@ -197,6 +202,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Command, String> {
             "--redis-cpu" => redis_cpu = Some(count(flag, &value()?, 0, 4095)?),
             "--bench-cpu" => bench_cpu = Some(count(flag, &value()?, 0, 4095)?),
             "--smoke" => smoke = true,
+            "--cluster" => cluster = true,
             // Hidden: the role of a W3 child process and its settings.
             "--child" => child = Some(value()?),
             "--prefix" => prefix = Some(value()?),
@@ -249,6 +255,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Command, String> {
         redis_cpu,
         bench_cpu,
         smoke,
+        cluster,
     }))
 }
 
@@ -292,6 +299,8 @@ mod tests {
         assert_eq!((o.tasks, o.processes), (16, 4));
         assert_eq!(o.wd_counts, vec![10_000, 100_000]);
         assert_eq!(o.workloads, Workload::ALL.to_vec());
+        assert!(!o.cluster);
+        assert!(run(&["--cluster"]).cluster);
     }
 
     #[test]

@@ -37,7 +37,7 @@ use std::error::Error;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use lock_tests::RedisServer;
+use lock_tests::{RedisCluster, RedisServer};
 use tokio::runtime::Runtime;
 
 use crate::args::{ChildOptions, Command, Options, Workload, USAGE};
@@ -148,67 +148,49 @@ fn run(opts: Options) -> BenchResult<ExitCode> {
     );
     eprintln!("lock-bench: {setup}");
     let ctx = Ctx {
+        servers: vec![url.clone()],
         url,
+        cluster: false,
         prefix: format!("lb:{}:", std::process::id()),
         opts: opts.clone(),
     };
 
-    let mut all: Vec<Measurement> = Vec::new();
-    let mut failures = 0;
-    for workload in Workload::ALL {
-        if !opts.workloads.contains(&workload) {
-            continue;
-        }
-        eprintln!(
-            "lock-bench: running {workload:?} (load average {})",
-            load_average()
-        );
-        // (lib, workload, result) of each measurement.
-        let results: Vec<(&str, String, BenchResult<Measurement>)> = match workload {
-            Workload::Ref => vec![
-                (
-                    report::L_MIN_MUX,
-                    "W1".into(),
-                    rt.block_on(refs::l_min(&ctx, refs::Shape::Mux)),
-                ),
-                (
-                    report::L_MIN_POOL,
-                    "W1".into(),
-                    rt.block_on(refs::l_min(&ctx, refs::Shape::Pool)),
-                ),
-                ("L-serial", "W2".into(), rt.block_on(refs::l_serial(&ctx))),
-            ],
-            Workload::W1 => [w1::Lease::Watchdog, w1::Lease::Fixed]
-                .into_iter()
-                .map(|lease| (lease.lib(), "W1".into(), rt.block_on(w1::run(&ctx, lease))))
-                .collect(),
-            Workload::W2 => vec![("lock-core", "W2".into(), rt.block_on(w2::run(&ctx)))],
-            Workload::W3 => vec![("lock-core", "W3".into(), w3::run(&ctx, &rt, w3::W3))],
-            Workload::W3np => vec![("lock-core", "W3NP".into(), w3::run(&ctx, &rt, w3::W3NP))],
-            Workload::Wd => opts
-                .wd_counts
-                .iter()
-                .map(|&n| ("lock-core", "WD".into(), rt.block_on(wd::run(&ctx, n))))
-                .collect(),
-            Workload::Layer => match rt.block_on(layer::run(&ctx)) {
-                Ok(lines) => lines
-                    .into_iter()
-                    .map(|m| ("lock-tower", "LAYER".into(), Ok(m)))
-                    .collect(),
-                Err(e) => vec![("lock-tower", "LAYER".into(), Err(e))],
-            },
-        };
-        for (lib, name, result) in results {
-            let m = result.unwrap_or_else(|e| {
+    let (mut all, mut failures) = run_workloads(&ctx, &rt, &opts.workloads, "");
+    let mut cluster_all = Vec::new();
+    let mut cluster_setup = String::new();
+    if opts.cluster {
+        match start_cluster(opts.redis_cpu) {
+            Ok((cluster, text)) => {
+                eprintln!("lock-bench: {text}");
+                cluster_setup = text;
+                let cluster_ctx = Ctx {
+                    url: cluster.url(),
+                    servers: cluster.urls(),
+                    cluster: true,
+                    prefix: ctx.prefix.clone(),
+                    opts: opts.clone(),
+                };
+                let workloads: Vec<Workload> = opts
+                    .workloads
+                    .iter()
+                    .copied()
+                    .filter(|w| *w != Workload::Layer)
+                    .collect();
+                let (ms, failed) = run_workloads(&cluster_ctx, &rt, &workloads, CLUSTER_SUFFIX);
+                failures += failed;
+                cluster_all = ms;
+                drop(cluster);
+            }
+            Err(e) => {
                 failures += 1;
-                let why = chain(e.as_ref());
-                eprintln!("lock-bench: {lib} {name} failed: {why}");
-                Measurement::failed(lib, &name, &why)
-            });
-            m.emit();
-            all.push(m);
+                eprintln!(
+                    "lock-bench: the cluster did not start: {}",
+                    chain(e.as_ref())
+                );
+            }
         }
     }
+    all.extend(cluster_all.iter().cloned());
 
     if opts.url.is_some() {
         let cleaned = rt.block_on(async {
@@ -234,13 +216,119 @@ fn run(opts: Options) -> BenchResult<ExitCode> {
         "{setup}; load average {} at end; other processes used {others} % of one CPU during the run",
         load_average()
     );
-    eprint!("{}", report::summary(&all, &setup));
+    let single: Vec<Measurement> = all
+        .iter()
+        .filter(|m| !m.lib.ends_with(CLUSTER_SUFFIX))
+        .cloned()
+        .collect();
+    eprint!("{}", report::summary(&single, &setup));
+    if !cluster_all.is_empty() {
+        // The same summary for the cluster lines, under their plain names.
+        let plain: Vec<Measurement> = cluster_all
+            .into_iter()
+            .map(|mut m| {
+                m.lib = m.lib.trim_end_matches(CLUSTER_SUFFIX).to_owned();
+                m
+            })
+            .collect();
+        eprint!(
+            "{}",
+            report::summary(&plain, &format!("REDIS CLUSTER: {cluster_setup}"))
+        );
+    }
     drop(server);
     Ok(if failures == 0 {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
     })
+}
+
+/// What ends the lib names of the measurements made on the cluster.
+const CLUSTER_SUFFIX: &str = "@cluster";
+
+/// A private 3-primary cluster (no replicas), its nodes pinned to
+/// `redis_cpu` when given; and how it was set up, for the summary.
+fn start_cluster(redis_cpu: Option<usize>) -> BenchResult<(RedisCluster, String)> {
+    let cluster = RedisCluster::start(3, 0)?;
+    let mut text = "private 3-primary Redis Cluster (loopback, no replicas), unpinned".to_owned();
+    if let Some(cpu) = redis_cpu {
+        for node in cluster.nodes() {
+            let pid = node.pid().ok_or("a cluster node is not running")?;
+            pin::pin_process(pid, cpu)?;
+        }
+        text = format!("private 3-primary Redis Cluster (loopback, no replicas), all three nodes pinned to CPU {cpu}");
+    }
+    Ok((cluster, text))
+}
+
+/// Runs `workloads` on `ctx`'s deployment; lib names get `suffix`. The
+/// measurements (emitted as they come) and how many failed.
+fn run_workloads(
+    ctx: &Ctx,
+    rt: &tokio::runtime::Runtime,
+    workloads: &[Workload],
+    suffix: &str,
+) -> (Vec<Measurement>, usize) {
+    let opts = &ctx.opts;
+    let mut all: Vec<Measurement> = Vec::new();
+    let mut failures = 0;
+    for workload in Workload::ALL {
+        if !workloads.contains(&workload) {
+            continue;
+        }
+        eprintln!(
+            "lock-bench: running {workload:?}{suffix} (load average {})",
+            load_average()
+        );
+        // (lib, workload, result) of each measurement.
+        let results: Vec<(&str, String, BenchResult<Measurement>)> = match workload {
+            Workload::Ref => vec![
+                (
+                    report::L_MIN_MUX,
+                    "W1".into(),
+                    rt.block_on(refs::l_min(ctx, refs::Shape::Mux)),
+                ),
+                (
+                    report::L_MIN_POOL,
+                    "W1".into(),
+                    rt.block_on(refs::l_min(ctx, refs::Shape::Pool)),
+                ),
+                ("L-serial", "W2".into(), rt.block_on(refs::l_serial(ctx))),
+            ],
+            Workload::W1 => [w1::Lease::Watchdog, w1::Lease::Fixed]
+                .into_iter()
+                .map(|lease| (lease.lib(), "W1".into(), rt.block_on(w1::run(ctx, lease))))
+                .collect(),
+            Workload::W2 => vec![("lock-core", "W2".into(), rt.block_on(w2::run(ctx)))],
+            Workload::W3 => vec![("lock-core", "W3".into(), w3::run(ctx, rt, w3::W3))],
+            Workload::W3np => vec![("lock-core", "W3NP".into(), w3::run(ctx, rt, w3::W3NP))],
+            Workload::Wd => opts
+                .wd_counts
+                .iter()
+                .map(|&n| ("lock-core", "WD".into(), rt.block_on(wd::run(ctx, n))))
+                .collect(),
+            Workload::Layer => match rt.block_on(layer::run(ctx)) {
+                Ok(lines) => lines
+                    .into_iter()
+                    .map(|m| ("lock-tower", "LAYER".into(), Ok(m)))
+                    .collect(),
+                Err(e) => vec![("lock-tower", "LAYER".into(), Err(e))],
+            },
+        };
+        for (lib, name, result) in results {
+            let mut m = result.unwrap_or_else(|e| {
+                failures += 1;
+                let why = chain(e.as_ref());
+                eprintln!("lock-bench: {lib}{suffix} {name} failed: {why}");
+                Measurement::failed(lib, &name, &why)
+            });
+            m.lib.push_str(suffix);
+            m.emit();
+            all.push(m);
+        }
+    }
+    (all, failures)
 }
 
 fn child(opts: &ChildOptions) -> BenchResult<ExitCode> {

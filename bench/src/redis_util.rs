@@ -1,35 +1,44 @@
 //! Raw Redis access for the benchmark's own commands: connections with
-//! time-outs, INFO parsing, clean-up of a run's keys.
+//! time-outs (to a server or a whole cluster, through lock-core's
+//! `RedisConnection`), INFO parsing and summing over servers, clean-up of
+//! a run's keys.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
-use redis::AsyncConnectionConfig;
-
 use crate::BenchResult;
+
+/// The benchmark's own connections: a redis-rs connection to one server,
+/// or to a whole cluster (commands routed by their keys' slots).
+pub(crate) type Conn = lock_core::RedisConnection;
 
 /// Connect and reply time-out of every raw connection: no call waits forever.
 const TIMEOUT: Duration = Duration::from_secs(10);
 /// Upper bound on SCAN iterations of [`delete_run_keys`].
 const MAX_SCAN_ROUNDS: usize = 100_000;
 
-/// A multiplexed connection to `url` with connect and reply time-outs.
-pub(crate) async fn connect(url: &str) -> BenchResult<MultiplexedConnection> {
-    let client = redis::Client::open(url)?;
-    let config = AsyncConnectionConfig::new()
-        .set_connection_timeout(Some(TIMEOUT))
-        .set_response_timeout(Some(TIMEOUT));
-    Ok(client
-        .get_multiplexed_async_connection_with_config(&config)
-        .await?)
+/// A connection to `url` (`redis://` or `redis+cluster://`) with connect
+/// and reply time-outs.
+pub(crate) async fn connect(url: &str) -> BenchResult<Conn> {
+    let client = lock_core::LockClient::builder(url)
+        .connect_timeout(TIMEOUT)
+        .command_timeout(TIMEOUT)
+        .build()?;
+    Ok(client.redis_connection().await?)
+}
+
+/// One connection per server of a deployment (`urls`: every node of a
+/// cluster, or the one server), for INFO figures summed over them.
+pub(crate) async fn connect_servers(urls: &[String]) -> BenchResult<Vec<Conn>> {
+    let mut conns = Vec::with_capacity(urls.len());
+    for url in urls {
+        conns.push(connect(url).await?);
+    }
+    Ok(conns)
 }
 
 /// `INFO <section>` as a map of `name → value` lines.
-pub(crate) async fn info(
-    conn: &mut MultiplexedConnection,
-    section: &str,
-) -> BenchResult<HashMap<String, String>> {
+pub(crate) async fn info(conn: &mut Conn, section: &str) -> BenchResult<HashMap<String, String>> {
     let text: String = redis::cmd("INFO").arg(section).query_async(conn).await?;
     Ok(parse_info(&text))
 }
@@ -42,48 +51,65 @@ fn parse_info(text: &str) -> HashMap<String, String> {
         .collect()
 }
 
-/// CPU seconds (user + system) the server has used so far (`INFO cpu`).
-pub(crate) async fn server_cpu_s(conn: &mut MultiplexedConnection) -> BenchResult<f64> {
-    let cpu = info(conn, "cpu").await?;
-    let secs = |name: &str| {
-        cpu.get(name)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
-    Ok(secs("used_cpu_user") + secs("used_cpu_sys"))
+/// CPU seconds (user + system) the servers have used so far (`INFO cpu`,
+/// summed).
+pub(crate) async fn server_cpu_s(servers: &mut [Conn]) -> BenchResult<f64> {
+    let mut total = 0.0;
+    for conn in servers {
+        let cpu = info(conn, "cpu").await?;
+        let secs = |name: &str| {
+            cpu.get(name)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
+        total += secs("used_cpu_user") + secs("used_cpu_sys");
+    }
+    Ok(total)
 }
 
-/// Calls per command from `INFO commandstats` (`"evalsha" → 1234`).
-pub(crate) async fn command_calls(
-    conn: &mut MultiplexedConnection,
-) -> BenchResult<HashMap<String, u64>> {
-    Ok(info(conn, "commandstats")
-        .await?
-        .into_iter()
-        .filter_map(|(k, v)| {
-            let name = k.strip_prefix("cmdstat_")?;
-            let calls = v
+/// Calls per command from `INFO commandstats` (`"evalsha" → 1234`),
+/// summed over the servers.
+pub(crate) async fn command_calls(servers: &mut [Conn]) -> BenchResult<HashMap<String, u64>> {
+    let mut total: HashMap<String, u64> = HashMap::new();
+    for conn in servers {
+        for (k, v) in info(conn, "commandstats").await? {
+            let Some(name) = k.strip_prefix("cmdstat_") else {
+                continue;
+            };
+            let calls: Option<u64> = v
                 .split(',')
-                .find_map(|f| f.strip_prefix("calls="))?
-                .parse()
-                .ok()?;
-            Some((name.to_owned(), calls))
-        })
-        .collect())
+                .find_map(|f| f.strip_prefix("calls="))
+                .and_then(|c| c.parse().ok());
+            if let Some(calls) = calls {
+                *total.entry(name.to_owned()).or_default() += calls;
+            }
+        }
+    }
+    Ok(total)
 }
 
-/// A counter from `INFO stats` (0 when the server does not report it).
-pub(crate) fn stat(stats: &HashMap<String, String>, name: &str) -> u64 {
-    stats.get(name).and_then(|v| v.parse().ok()).unwrap_or(0)
+/// Counters of `INFO stats`, summed over the servers.
+pub(crate) async fn stats(servers: &mut [Conn]) -> BenchResult<HashMap<String, u64>> {
+    let mut total: HashMap<String, u64> = HashMap::new();
+    for conn in servers {
+        for (k, v) in info(conn, "stats").await? {
+            if let Ok(n) = v.parse::<u64>() {
+                *total.entry(k).or_default() += n;
+            }
+        }
+    }
+    Ok(total)
+}
+
+/// A counter from [`stats`] (0 when the servers do not report it).
+pub(crate) fn stat(stats: &HashMap<String, u64>, name: &str) -> u64 {
+    stats.get(name).copied().unwrap_or(0)
 }
 
 /// Deletes every key containing `prefix` (the run's lock keys, counters and
 /// the fencing counters `redisson_lock_token:{<prefix>…}`), so a run against
 /// a shared Redis (`--url`) leaves nothing behind.
-pub(crate) async fn delete_run_keys(
-    conn: &mut MultiplexedConnection,
-    prefix: &str,
-) -> BenchResult<u64> {
+pub(crate) async fn delete_run_keys(conn: &mut Conn, prefix: &str) -> BenchResult<u64> {
     let pattern = format!("*{}*", escape_glob(prefix));
     let mut cursor: u64 = 0;
     let mut deleted = 0;
@@ -127,8 +153,14 @@ mod tests {
     fn info_lines_become_a_map() {
         let m =
             parse_info("# Stats\r\ntotal_commands_processed:42\r\ninstantaneous_ops_per_sec:7\r\n");
-        assert_eq!(stat(&m, "total_commands_processed"), 42);
-        assert_eq!(stat(&m, "missing"), 0);
+        assert_eq!(
+            m.get("total_commands_processed").map(String::as_str),
+            Some("42")
+        );
+        assert!(!m.contains_key("# Stats"));
+        let counters: HashMap<String, u64> = [("total_reads_processed".to_owned(), 7)].into();
+        assert_eq!(stat(&counters, "total_reads_processed"), 7);
+        assert_eq!(stat(&counters, "missing"), 0);
     }
 
     #[test]

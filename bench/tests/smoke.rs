@@ -281,3 +281,31 @@ fn a_bad_argument_is_rejected_with_the_usage() {
         "{err}"
     );
 }
+
+#[test]
+fn smoke_run_on_the_cluster_measures_w1_against_l_min_and_renews_per_slot() {
+    let (lines, out, err) = run_ok(&["--smoke", "--cluster", "--workloads", "REF,W1,WD"]);
+    let lib_line = |lib: &str, workload: &str| {
+        lines
+            .iter()
+            .find(|v| v["lib"] == lib && v["workload"] == workload)
+            .unwrap_or_else(|| panic!("no {lib} {workload} line:\n{out}"))
+    };
+    for lib in ["lock-core@cluster", "L-min-mux@cluster"] {
+        let v = lib_line(lib, "W1");
+        assert!(v["cycles_per_s"].as_f64().is_some_and(|r| r > 0.0), "{v}");
+        assert!(
+            v["server_cpu_us_per_cycle"]
+                .as_f64()
+                .is_some_and(|c| c > 0.0),
+            "server CPU summed over the nodes: {v}"
+        );
+    }
+    let wd = lib_line("lock-core@cluster", "WD");
+    let notes = wd["notes"].as_str().unwrap_or_default();
+    assert!(notes.contains("all_held=true"), "{wd}");
+    assert!(
+        err.contains("REDIS CLUSTER") && err.contains("W1  lock-core"),
+        "a summary for the cluster too:\n{err}"
+    );
+}

@@ -34,6 +34,11 @@ pub(crate) fn acquire_options() -> AcquireOptions {
 #[derive(Clone, Debug)]
 pub(crate) struct Ctx {
     pub(crate) url: String,
+    /// Every server of the deployment (one, or each cluster node), for the
+    /// server figures (INFO), summed over them.
+    pub(crate) servers: Vec<String>,
+    /// `url` is a Redis Cluster.
+    pub(crate) cluster: bool,
     /// Prefix of every key of this run (lock keys through the client's key
     /// prefix, raw keys by hand), so runs never collide.
     pub(crate) prefix: String,
@@ -91,19 +96,19 @@ pub(crate) struct CpuShares {
 
 impl ClientCpu {
     /// Starts sampling `window` (call before the workload's tasks start);
-    /// `url`: the server whose CPU is read too.
-    pub(crate) fn sample(window: &Window, url: &str) -> Self {
+    /// `servers`: the servers whose CPU is read too (summed).
+    pub(crate) fn sample(window: &Window, servers: &[String]) -> Self {
         let (from, to) = (window.from, window.to);
-        let url = url.to_owned();
+        let servers = servers.to_vec();
         let until = |at: u64| Duration::from_nanos(at.saturating_sub(mono_ns()));
         ClientCpu(tokio::spawn(async move {
-            let mut conn = crate::redis_util::connect(&url).await?;
+            let mut conns = crate::redis_util::connect_servers(&servers).await?;
             tokio::time::sleep(until(from)).await;
             let (cpu0, t0) = (cpu_ns(), mono_ns());
-            let server0 = crate::redis_util::server_cpu_s(&mut conn).await?;
+            let server0 = crate::redis_util::server_cpu_s(&mut conns).await?;
             tokio::time::sleep(until(to)).await;
             let (cpu1, t1) = (cpu_ns(), mono_ns());
-            let server1 = crate::redis_util::server_cpu_s(&mut conn).await?;
+            let server1 = crate::redis_util::server_cpu_s(&mut conns).await?;
             // Timers may fire a little late: divide by the time actually
             // sampled, not by the window's length.
             let secs = (t1 > t0).then(|| (t1 - t0) as f64);

@@ -5,7 +5,7 @@
 //!   (EVALSHA). `--tasks` tasks (16) on their own keys. Measured twice in the
 //!   same run, in two connection shapes:
 //!   - **L-min-mux**: every task on ONE multiplexed connection (a
-//!     `MultiplexedConnection` cloned per task), so redis-rs pipelines the
+//!     connection cloned per task), so redis-rs pipelines the
 //!     tasks' concurrent commands into shared writes and reads: the fastest
 //!     correct two-round-trip lock redis-rs can do, and W1's honest bar;
 //!   - **L-min-pool**: the library's pool shape, as many multiplexed
@@ -20,7 +20,6 @@
 
 use std::sync::Arc;
 
-use redis::aio::MultiplexedConnection;
 use redis::Script;
 use tokio::task::JoinSet;
 
@@ -38,7 +37,7 @@ return 0
 "#;
 
 /// One reference cycle step: acquire by `SET NX PX`; `true` when acquired.
-async fn set_nx(conn: &mut MultiplexedConnection, key: &str, token: &str) -> BenchResult<bool> {
+async fn set_nx(conn: &mut redis_util::Conn, key: &str, token: &str) -> BenchResult<bool> {
     let reply: Option<String> = redis::cmd("SET")
         .arg(key)
         .arg(token)
@@ -53,7 +52,7 @@ async fn set_nx(conn: &mut MultiplexedConnection, key: &str, token: &str) -> Ben
 /// Release by compare-and-delete; `true` when the key was ours.
 async fn compare_and_delete(
     script: &Script,
-    conn: &mut MultiplexedConnection,
+    conn: &mut redis_util::Conn,
     key: &str,
     token: &str,
 ) -> BenchResult<bool> {
@@ -104,7 +103,7 @@ pub(crate) async fn l_min(ctx: &Ctx, shape: Shape) -> BenchResult<Measurement> {
     }
     let base = std::process::id();
     let window = ctx.window();
-    let cpu = ClientCpu::sample(&window, &ctx.url);
+    let cpu = ClientCpu::sample(&window, &ctx.servers);
     let mut set: JoinSet<TaskResult> = JoinSet::new();
     for i in 0..tasks {
         let mut conn = conns[i % conns.len()].clone();

@@ -52,7 +52,7 @@ pub(crate) async fn run(ctx: &Ctx, lease: Lease) -> BenchResult<Measurement> {
     let client = lock_client(&ctx.url, &ctx.prefix, None).await?;
     let tasks = ctx.opts.tasks;
     let window = ctx.window();
-    let cpu = ClientCpu::sample(&window, &ctx.url);
+    let cpu = ClientCpu::sample(&window, &ctx.servers);
     let mut set: JoinSet<BenchResult<Vec<u64>>> = JoinSet::new();
     for i in 0..tasks {
         let lock = client.lock(format!("w1:{i}"))?;

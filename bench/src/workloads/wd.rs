@@ -178,9 +178,32 @@ async fn release_all(guards: Vec<LockGuard>, in_flight: usize) -> usize {
 
 /// How many of `keys` exist.
 async fn count_existing(
-    conn: &mut redis::aio::MultiplexedConnection,
+    conn: &mut redis_util::Conn,
     keys: &[String],
+    cluster: bool,
 ) -> BenchResult<u64> {
+    if cluster {
+        // One key per EXISTS (a cluster refuses keys of several slots in one
+        // command), many at once.
+        let mut total = 0;
+        for chunk in keys.chunks(EXISTS_CHUNK) {
+            let mut set = tokio::task::JoinSet::new();
+            for key in chunk {
+                let mut conn = conn.clone();
+                let key = key.clone();
+                set.spawn(async move {
+                    redis::cmd("EXISTS")
+                        .arg(&key)
+                        .query_async::<u64>(&mut conn)
+                        .await
+                });
+            }
+            while let Some(n) = set.join_next().await {
+                total += n??;
+            }
+        }
+        return Ok(total);
+    }
     let mut pipe = redis::pipe();
     for chunk in keys.chunks(EXISTS_CHUNK) {
         pipe.cmd("EXISTS").arg(chunk);
@@ -199,20 +222,16 @@ struct Snapshot {
 
 /// Three INFO calls; `INFO stats` last, so that only the next snapshot's
 /// calls fall between the two read counters ([`OWN_INFO_CALLS`]).
-async fn snapshot(conn: &mut redis::aio::MultiplexedConnection) -> BenchResult<Snapshot> {
-    let calls = redis_util::command_calls(conn).await?;
-    let cpu = redis_util::info(conn, "cpu").await?;
-    let stats = redis_util::info(conn, "stats").await?;
-    let secs = |name: &str| {
-        cpu.get(name)
-            .and_then(|v| v.parse::<f64>().ok())
-            .unwrap_or(0.0)
-    };
+/// Summed over the servers (every node of a cluster).
+async fn snapshot(servers: &mut [redis_util::Conn]) -> BenchResult<Snapshot> {
+    let calls = redis_util::command_calls(servers).await?;
+    let cpu_s = redis_util::server_cpu_s(servers).await?;
+    let stats = redis_util::stats(servers).await?;
     Ok(Snapshot {
         calls,
         reads: redis_util::stat(&stats, "total_reads_processed"),
         bytes_in: redis_util::stat(&stats, "total_net_input_bytes"),
-        cpu_s: secs("used_cpu_user") + secs("used_cpu_sys"),
+        cpu_s,
     })
 }
 
@@ -237,6 +256,7 @@ pub(crate) async fn run(ctx: &Ctx, count: usize) -> BenchResult<Measurement> {
     let watchdog = ctx.opts.wd_watchdog;
     let client = lock_client(&ctx.url, &ctx.prefix, Some(watchdog)).await?;
     let mut conn = redis_util::connect(&ctx.url).await?;
+    let mut servers = redis_util::connect_servers(&ctx.servers).await?;
 
     let t = mono_ns();
     let retries = Arc::new(Retries::default());
@@ -246,11 +266,11 @@ pub(crate) async fn run(ctx: &Ctx, count: usize) -> BenchResult<Measurement> {
 
     let period = watchdog / 3;
     let held_at_start = client.renewing_count();
-    let before = snapshot(&mut conn).await?;
+    let before = snapshot(&mut servers).await?;
     let (cpu0, t0) = (cpu_ns(), mono_ns());
     tokio::time::sleep(period * ctx.opts.wd_periods).await;
     let (cpu1, t1) = (cpu_ns(), mono_ns());
-    let after = snapshot(&mut conn).await?;
+    let after = snapshot(&mut servers).await?;
 
     let periods = (t1 - t0) as f64 / period.as_nanos() as f64;
     let mut deltas: Vec<(String, u64)> = after
@@ -272,7 +292,9 @@ pub(crate) async fn run(ctx: &Ctx, count: usize) -> BenchResult<Measurement> {
         .filter(|(name, _)| is_script_call(name))
         .map(|(_, d)| d)
         .sum();
-    let reads = after.reads.saturating_sub(before.reads + OWN_INFO_CALLS);
+    let reads = after
+        .reads
+        .saturating_sub(before.reads + OWN_INFO_CALLS * servers.len() as u64);
     let cpu_pct = match (cpu0, cpu1) {
         (Some(a), Some(b)) => Some((b.saturating_sub(a)) as f64 * 100.0 / (t1 - t0) as f64),
         _ => None,
@@ -283,7 +305,7 @@ pub(crate) async fn run(ctx: &Ctx, count: usize) -> BenchResult<Measurement> {
 
     let renewing = client.renewing_count();
     let guards_held = guards.iter().filter(|g| g.is_held()).count();
-    let existing = count_existing(&mut conn, &keys).await?;
+    let existing = count_existing(&mut conn, &keys, ctx.cluster).await?;
     let all_held = renewing == count && guards_held == count && existing == count as u64;
     let failed_releases = release_all(guards, in_flight).await;
 
