@@ -9,6 +9,17 @@ use serde_json::Value;
 
 const BIN: &str = env!("CARGO_BIN_EXE_flash_sale");
 const LIMIT: Duration = Duration::from_secs(240);
+/// A small locked round: 2 processes x 5 buyers, 15 units.
+const SMALL_LOCKED_ROUND: [&str; 8] = [
+    "--processes",
+    "2",
+    "--buyers",
+    "5",
+    "--stock",
+    "15",
+    "--rounds",
+    "locked",
+];
 
 /// Runs the demo with `args`; returns its exit success and JSON lines.
 fn demo(args: &[&str], url: Option<&str>) -> (bool, Vec<Value>, String) {
@@ -87,19 +98,7 @@ fn the_locked_round_sells_exactly_the_stock_with_a_private_redis() {
 #[test]
 fn the_demo_uses_the_given_redis_and_leaves_no_stock_key_behind() {
     let server = lock_tests::RedisServer::start().expect("redis-server");
-    let (ok, rows, stderr) = demo(
-        &[
-            "--processes",
-            "2",
-            "--buyers",
-            "5",
-            "--stock",
-            "15",
-            "--rounds",
-            "locked",
-        ],
-        Some(&server.url()),
-    );
+    let (ok, rows, stderr) = demo(&SMALL_LOCKED_ROUND, Some(&server.url()));
     assert!(ok, "demo failed: {stderr}");
     assert!(!stderr.contains("private redis-server"), "{stderr}");
     assert_eq!(rows.len(), 1);
@@ -120,19 +119,7 @@ fn the_demo_uses_the_given_redis_and_leaves_no_stock_key_behind() {
 #[test]
 fn the_demo_runs_unchanged_on_a_cluster_and_through_sentinel() {
     let locked_round = |url: &str| {
-        let (ok, rows, stderr) = demo(
-            &[
-                "--processes",
-                "2",
-                "--buyers",
-                "5",
-                "--stock",
-                "15",
-                "--rounds",
-                "locked",
-            ],
-            Some(url),
-        );
+        let (ok, rows, stderr) = demo(&SMALL_LOCKED_ROUND, Some(url));
         assert!(ok, "demo failed on {url}: {stderr}");
         assert_eq!(
             (rows[0]["sold"].as_u64(), rows[0]["final_stock"].as_i64()),

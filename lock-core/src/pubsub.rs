@@ -379,21 +379,10 @@ async fn run(
         if let Some(switches) = &mut switches {
             switches.mark_unchanged();
         }
-        let pubsub = match connected {
-            Ok(Ok(p)) => p,
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "lock pub/sub connect failed; retrying");
-                if sleep_or_shutdown(&shutdown, backoff).await {
-                    return;
-                }
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-                continue;
-            }
-            Err(_) => {
-                tracing::debug!("lock pub/sub connect timed out; retrying");
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-                continue;
-            }
+        let pubsub = match after_connect(connected, &shutdown, &mut backoff).await {
+            Step::Ready(p) => p,
+            Step::Retry => continue,
+            Step::Stop => return,
         };
         let (mut sink, mut stream) = pubsub.split();
 
@@ -496,6 +485,36 @@ async fn run(
         tracing::warn!("lock pub/sub connection lost; waiters fall back to TTL-bounded retries while it reconnects");
         shared.disconnected();
     }
+}
+
+/// What follows a connect attempt.
+enum Step<T> {
+    Ready(T),
+    /// Failed: try again (after the back-off pause, for a refusal).
+    Retry,
+    /// The client shut down.
+    Stop,
+}
+
+/// Logs a failed connect and pauses (a refused connect waits out the
+/// back-off; a timed-out one has waited already); doubles the back-off.
+async fn after_connect<T>(
+    attempt: Result<redis::RedisResult<T>, tokio::time::error::Elapsed>,
+    shutdown: &CancellationToken,
+    backoff: &mut Duration,
+) -> Step<T> {
+    match attempt {
+        Ok(Ok(conn)) => return Step::Ready(conn),
+        Ok(Err(e)) => {
+            tracing::debug!(error = %e, "lock pub/sub connect failed; retrying");
+            if sleep_or_shutdown(shutdown, *backoff).await {
+                return Step::Stop;
+            }
+        }
+        Err(_) => tracing::debug!("lock pub/sub connect timed out; retrying"),
+    }
+    *backoff = (*backoff * 2).min(MAX_BACKOFF);
+    Step::Retry
 }
 
 /// Resolves when the endpoint names a new primary; never without Sentinel.

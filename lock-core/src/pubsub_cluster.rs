@@ -18,7 +18,7 @@ use redis::{PushInfo, PushKind, RedisResult, Value};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use super::{sleep_or_shutdown, Command, Shared, MAX_BACKOFF, MIN_BACKOFF};
+use super::{after_connect, sleep_or_shutdown, Command, Shared, Step, MAX_BACKOFF, MIN_BACKOFF};
 use crate::endpoint::ClusterNodes;
 use crate::sharding::Sharding;
 
@@ -65,21 +65,10 @@ pub(super) async fn run(
             _ = shutdown.cancelled() => return,
             r = tokio::time::timeout(connect_timeout + command_timeout, connect) => r,
         };
-        let (mut conn, sharded) = match connected {
-            Ok(Ok(c)) => c,
-            Ok(Err(e)) => {
-                tracing::debug!(error = %e, "lock pub/sub (cluster) connect failed; retrying");
-                if sleep_or_shutdown(&shutdown, backoff).await {
-                    return;
-                }
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-                continue;
-            }
-            Err(_) => {
-                tracing::debug!("lock pub/sub (cluster) connect timed out; retrying");
-                backoff = (backoff * 2).min(MAX_BACKOFF);
-                continue;
-            }
+        let (mut conn, sharded) = match after_connect(connected, &shutdown, &mut backoff).await {
+            Step::Ready(c) => c,
+            Step::Retry => continue,
+            Step::Stop => return,
         };
         let mut channels = Channels {
             conn: &mut conn,

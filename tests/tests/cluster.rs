@@ -16,7 +16,7 @@ mod tower_support;
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{spawn_child, within};
+use common::{cmd, spawn_child, within};
 use lock_core::{AcquireOptions, LockClient};
 use lock_tests::RedisCluster;
 use redis::cluster_async::ClusterConnection;
@@ -50,14 +50,29 @@ async fn observer(c: &RedisCluster) -> ClusterConnection {
         .unwrap_or_else(|e| panic!("observer: {e}"))
 }
 
-async fn q<T: redis::FromRedisValue>(conn: &mut ClusterConnection, args: &[&str]) -> T {
-    let mut c = redis::cmd(args[0]);
-    for a in &args[1..] {
-        c.arg(*a);
-    }
-    c.query_async(conn)
-        .await
-        .unwrap_or_else(|e| panic!("{args:?}: {e}"))
+/// Sharded subscribers of `channel` on `node` (`PUBSUB SHARDNUMSUB`).
+fn shard_subscribers(node: &lock_tests::RedisServer, channel: &str) -> Option<i64> {
+    node.command(&["PUBSUB", "SHARDNUMSUB", channel])
+        .unwrap_or_else(|e| panic!("{e}"))
+        .as_array()
+        .and_then(|a| a.get(1))
+        .and_then(|v| v.as_i64())
+}
+
+/// Waits (at most 5 s) until `node` has exactly `n` sharded subscribers
+/// of `channel`.
+async fn until_shard_subscribers(
+    node: &lock_tests::RedisServer,
+    channel: &str,
+    n: i64,
+    what: &str,
+) {
+    within(Duration::from_secs(5), what, async {
+        while shard_subscribers(node, channel) != Some(n) {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
 }
 
 fn env_var(name: &str) -> String {
@@ -70,18 +85,18 @@ fn env_var(name: &str) -> String {
 async fn section(conn: &mut ClusterConnection, name: &str) {
     let inside = format!("observer:inside:{{{name}}}");
     let counter = format!("observer:counter:{{{name}}}");
-    let now: i64 = q(conn, &["INCR", &inside]).await;
+    let now: i64 = cmd(conn, &["INCR", &inside]).await;
     if now != 1 {
-        let _: i64 = q(conn, &["INCR", "observer:violations"]).await;
+        let _: i64 = cmd(conn, &["INCR", "observer:violations"]).await;
     }
-    let value: Option<i64> = q(conn, &["GET", &counter]).await;
+    let value: Option<i64> = cmd(conn, &["GET", &counter]).await;
     tokio::time::sleep(Duration::from_millis(1)).await;
-    let _: () = q(
+    let _: () = cmd(
         conn,
         &["SET", &counter, &(value.unwrap_or(0) + 1).to_string()],
     )
     .await;
-    let _: i64 = q(conn, &["DECR", &inside]).await;
+    let _: i64 = cmd(conn, &["DECR", &inside]).await;
 }
 
 /// The child process entry point (`common::spawn_child`).
@@ -172,11 +187,11 @@ async fn mutual_exclusion_across_slots_and_processes() {
         assert!(status.success(), "child failed: {status}");
     }
     let mut obs = observer(&c).await;
-    let violations: Option<i64> = q(&mut obs, &["GET", "observer:violations"]).await;
+    let violations: Option<i64> = cmd(&mut obs, &["GET", "observer:violations"]).await;
     assert_eq!(violations.unwrap_or(0), 0, "never two inside");
     for name in &names {
         let counter: Option<i64> =
-            q(&mut obs, &["GET", &format!("observer:counter:{{{name}}}")]).await;
+            cmd(&mut obs, &["GET", &format!("observer:counter:{{{name}}}")]).await;
         assert_eq!(
             counter,
             Some(((processes + 1) * 2 * rounds) as i64),
@@ -208,22 +223,7 @@ async fn a_waiter_is_woken_by_sharded_pub_sub_on_the_slots_primary() {
     let slot_primary = &c.nodes()[c
         .primary_for_slot(c.key_slot(&channel).unwrap_or_else(|e| panic!("{e}")))
         .unwrap_or_else(|e| panic!("{e}"))];
-    within(Duration::from_secs(5), "sharded subscription", async {
-        loop {
-            let reply = slot_primary
-                .command(&["PUBSUB", "SHARDNUMSUB", &channel])
-                .unwrap_or_else(|e| panic!("{e}"));
-            let count = reply
-                .as_array()
-                .and_then(|a| a.get(1))
-                .and_then(|v| v.as_i64());
-            if count == Some(1) {
-                return;
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    })
-    .await;
+    until_shard_subscribers(slot_primary, &channel, 1, "sharded subscription").await;
     let global = slot_primary
         .command(&["PUBSUB", "NUMSUB", &channel])
         .unwrap_or_else(|e| panic!("{e}"));
@@ -294,7 +294,7 @@ async fn ten_thousand_watchdog_locks_over_every_slot_are_renewed_without_cross_s
     // above what is left of the first lease.
     let mut obs = observer(&c).await;
     for i in (0..count).step_by(997) {
-        let pttl: i64 = q(&mut obs, &["PTTL", &format!("many-{i}")]).await;
+        let pttl: i64 = cmd(&mut obs, &["PTTL", &format!("many-{i}")]).await;
         assert!(
             pttl > 0 && pttl <= watchdog.as_millis() as i64,
             "many-{i}: PTTL {pttl}"
@@ -354,23 +354,6 @@ async fn names_with_a_tag_live_in_the_tags_slot() {
     }
 }
 
-/// Redisson's acquire and release scripts on a Redis 7 cluster (release
-/// publishes with SPUBLISH, as Redisson does once it found sharded pub/sub).
-const REDISSON_ACQUIRE: &str = "\
-if (redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then \
-  redis.call('hincrby', KEYS[1], ARGV[2], 1); \
-  redis.call('pexpire', KEYS[1], ARGV[1]); \
-  return nil; \
-end; \
-return redis.call('pttl', KEYS[1]);";
-const REDISSON_RELEASE: &str = "\
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return nil; end; \
-local n = redis.call('hincrby', KEYS[1], ARGV[1], -1); \
-if n > 0 then return 0; end; \
-redis.call('del', KEYS[1]); \
-redis.call(ARGV[2], KEYS[2], '0'); \
-return 1;";
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redisson_protocol_client_and_lock_core_wake_each_other_by_sharded_pub_sub() {
     let c = cluster(3, 0);
@@ -384,7 +367,7 @@ async fn a_redisson_protocol_client_and_lock_core_wake_each_other_by_sharded_pub
 
     // 1. The Redisson-protocol client holds (30 s lease); lock-core waits
     //    and is woken by its SPUBLISH.
-    let held: Option<i64> = redis::Script::new(REDISSON_ACQUIRE)
+    let held: Option<i64> = redis::Script::new(common::REDISSON_ACQUIRE)
         .key(name)
         .arg(30_000)
         .arg(java_owner)
@@ -403,7 +386,7 @@ async fn a_redisson_protocol_client_and_lock_core_wake_each_other_by_sharded_pub
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!waiter.is_finished());
     let released = Instant::now();
-    let freed: Option<i64> = redis::Script::new(REDISSON_RELEASE)
+    let freed: Option<i64> = redis::Script::new(common::REDISSON_RELEASE)
         .key(name)
         .key(&channel)
         .arg(java_owner)
@@ -523,9 +506,10 @@ async fn a_slot_migrated_under_load_loses_no_update_and_still_wakes_waiters() {
     });
     all_done.await;
     let mut obs = obs;
-    let violations: Option<i64> = q(&mut obs, &["GET", "observer:violations"]).await;
+    let violations: Option<i64> = cmd(&mut obs, &["GET", "observer:violations"]).await;
     assert_eq!(violations.unwrap_or(0), 0, "never two inside");
-    let counter: Option<i64> = q(&mut obs, &["GET", &format!("observer:counter:{{{name}}}")]).await;
+    let counter: Option<i64> =
+        cmd(&mut obs, &["GET", &format!("observer:counter:{{{name}}}")]).await;
     assert_eq!(counter, Some((2 * 2 * rounds) as i64), "no lost update");
     let on_new: Option<i64> = c.nodes()[to]
         .command(&["GET", &format!("observer:counter:{{{name}}}")])
@@ -551,37 +535,22 @@ async fn a_slot_migrated_under_load_loses_no_update_and_still_wakes_waiters() {
         }
     });
     let channel = format!("redisson_lock__channel:{{{name}}}");
-    let subscribers = |node: usize| {
-        c.nodes()[node]
-            .command(&["PUBSUB", "SHARDNUMSUB", &channel])
-            .unwrap_or_else(|e| panic!("{e}"))
-            .as_array()
-            .and_then(|a| a.get(1))
-            .and_then(|v| v.as_i64())
-    };
-    within(
-        Duration::from_secs(5),
-        "subscription on the new primary",
-        async {
-            while subscribers(to) != Some(1) {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        },
-    )
-    .await;
+    let (new_node, old_node) = (&c.nodes()[from], &c.nodes()[to]);
+    until_shard_subscribers(old_node, &channel, 1, "subscription on the new primary").await;
     tokio::task::block_in_place(|| c.migrate_slot(slot, to, from))
         .unwrap_or_else(|e| panic!("migrate back: {e}"));
-    within(
-        Duration::from_secs(5),
+    until_shard_subscribers(
+        new_node,
+        &channel,
+        1,
         "subscribed again where the slot went",
-        async {
-            while subscribers(from) != Some(1) {
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-        },
     )
     .await;
-    assert_eq!(subscribers(to), Some(0), "nothing left on the old primary");
+    assert_eq!(
+        shard_subscribers(old_node, &channel),
+        Some(0),
+        "nothing left on the old primary"
+    );
     assert!(
         !waiter.is_finished(),
         "the 20 s lease still holds the waiter"
@@ -681,7 +650,7 @@ async fn a_killed_primarys_replicated_holds_are_kept_never_double_held() {
     );
     let mut obs = observer(&c).await;
     for i in &on_victim {
-        let owners: Vec<String> = q(&mut obs, &["HKEYS", &names[*i]]).await;
+        let owners: Vec<String> = cmd(&mut obs, &["HKEYS", &names[*i]]).await;
         assert_eq!(
             owners,
             vec![guards[*i].owner_id().to_owned()],
@@ -727,14 +696,14 @@ async fn the_tower_layer_serializes_requests_per_key_on_a_cluster() {
     .await;
     assert!(replies.iter().all(|r| r.status == 200));
     let mut obs = observer(&c).await;
-    let violations: Option<i64> = q(&mut obs, &["GET", "observer:violations"]).await;
+    let violations: Option<i64> = cmd(&mut obs, &["GET", "observer:violations"]).await;
     assert_eq!(
         violations.unwrap_or(0),
         0,
         "never two requests inside for one key"
     );
     for id in ids {
-        let n: Option<i64> = q(&mut obs, &["GET", &format!("observer:counter:{{{id}}}")]).await;
+        let n: Option<i64> = cmd(&mut obs, &["GET", &format!("observer:counter:{{{id}}}")]).await;
         assert_eq!(n, Some(per_id), "{id}");
     }
 }

@@ -153,25 +153,6 @@ async fn four_processes_looping_without_pause_all_get_the_lock() {
     assert!(max_wait_ms < 1_000.0, "longest wait {max_wait_ms} ms");
 }
 
-/// Redisson's `RLock` acquire, as its Lua does it: a fresh lock or a
-/// re-entry by the same owner gets the lease; otherwise the holder's PTTL.
-const REDISSON_ACQUIRE: &str = "\
-if (redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then \
-  redis.call('hincrby', KEYS[1], ARGV[2], 1); \
-  redis.call('pexpire', KEYS[1], ARGV[1]); \
-  return nil; \
-end; \
-return redis.call('pttl', KEYS[1]);";
-
-/// Redisson's `RLock` release: one count; at zero, delete and publish 0.
-const REDISSON_RELEASE: &str = "\
-if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return nil; end; \
-local n = redis.call('hincrby', KEYS[1], ARGV[1], -1); \
-if n > 0 then return 0; end; \
-redis.call('del', KEYS[1]); \
-redis.call('publish', KEYS[2], '0'); \
-return 1;";
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redisson_protocol_waiter_gets_its_turn_against_a_busy_process() {
     let server = common::server();
@@ -211,8 +192,8 @@ async fn a_redisson_protocol_waiter_gets_its_turn_against_a_busy_process() {
     pubsub.subscribe(channel).await.expect("subscribe");
     let mut messages = pubsub.into_on_message();
     let mut conn = raw(&server).await;
-    let acquire = redis::Script::new(REDISSON_ACQUIRE);
-    let release = redis::Script::new(REDISSON_RELEASE);
+    let acquire = redis::Script::new(common::REDISSON_ACQUIRE);
+    let release = redis::Script::new(common::REDISSON_RELEASE);
     let rounds = 20;
     let mut waited_sections = Vec::new();
     let mut waits = Vec::new();
@@ -245,6 +226,7 @@ async fn a_redisson_protocol_waiter_gets_its_turn_against_a_busy_process() {
             .key(key)
             .key(channel)
             .arg(owner)
+            .arg("publish")
             .invoke_async(&mut conn)
             .await
             .expect("redisson release");

@@ -84,7 +84,7 @@ fn each_rejection_is_one_event_with_its_reason() {
             let mut observer = raw(&server).await;
             let present = common::eventually(Duration::from_secs(5), || {
                 let mut observer = observer.clone();
-                async move { cmd::<i64>(&mut observer, &["EXISTS", "app:slow"]).await == 1 }
+                async move { cmd::<i64, _>(&mut observer, &["EXISTS", "app:slow"]).await == 1 }
             })
             .await;
             assert!(present.is_some(), "the slow request never took its lock");

@@ -46,8 +46,10 @@ pub async fn raw(server: &RedisServer) -> redis::aio::MultiplexedConnection {
         .unwrap_or_else(|e| panic!("raw connection: {e}"))
 }
 
-pub async fn cmd<T: redis::FromRedisValue>(
-    conn: &mut redis::aio::MultiplexedConnection,
+/// One command on any redis-rs async connection (a server's, a cluster's);
+/// panics with the command on error.
+pub async fn cmd<T: redis::FromRedisValue, C: redis::aio::ConnectionLike>(
+    conn: &mut C,
     args: &[&str],
 ) -> T {
     let mut c = redis::cmd(args[0]);
@@ -226,3 +228,24 @@ impl tracing::Subscriber for Capture {
     fn enter(&self, _: &tracing::span::Id) {}
     fn exit(&self, _: &tracing::span::Id) {}
 }
+
+/// Redisson's `RLock` acquire, as its Lua does it: a fresh lock or a
+/// re-entry by the same owner gets the lease; otherwise the holder's PTTL.
+pub const REDISSON_ACQUIRE: &str = "\
+if (redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then \
+  redis.call('hincrby', KEYS[1], ARGV[2], 1); \
+  redis.call('pexpire', KEYS[1], ARGV[1]); \
+  return nil; \
+end; \
+return redis.call('pttl', KEYS[1]);";
+
+/// Redisson's `RLock` release: one count; at zero, delete and publish 0
+/// with the publish command in ARGV[2] (`publish`, or `spublish` once
+/// Redisson found sharded pub/sub on a cluster).
+pub const REDISSON_RELEASE: &str = "\
+if redis.call('hexists', KEYS[1], ARGV[1]) == 0 then return nil; end; \
+local n = redis.call('hincrby', KEYS[1], ARGV[1], -1); \
+if n > 0 then return 0; end; \
+redis.call('del', KEYS[1]); \
+redis.call(ARGV[2], KEYS[2], '0'); \
+return 1;";
