@@ -605,12 +605,16 @@ impl SentinelPrimary {
 
     async fn resolve(&self) -> RedisResult<(String, u16)> {
         let mut failures = Vec::new();
+        let mut all_refused_credentials = true;
         for (sentinel, addr) in self.sentinels.iter().zip(&self.sentinel_addrs) {
             let asked = tokio::time::timeout(
                 self.connect_timeout + self.command_timeout,
                 self.ask(sentinel),
             )
             .await;
+            let refused =
+                matches!(&asked, Ok(Err(e)) if e.kind() == ErrorKind::AuthenticationFailed);
+            all_refused_credentials &= refused;
             match asked {
                 Ok(Ok(Some(found))) => return Ok(found),
                 Ok(Ok(None)) => {
@@ -620,10 +624,15 @@ impl SentinelPrimary {
                 Err(_) => failures.push(format!("{addr}: timed out")),
             }
         }
-        Err(failed(
-            "no sentinel named the primary",
-            format!("service `{}`: {}", self.service, failures.join("; ")),
-        ))
+        let detail = format!("service `{}`: {}", self.service, failures.join("; "));
+        if all_refused_credentials {
+            return Err(RedisError::from((
+                ErrorKind::AuthenticationFailed,
+                "no sentinel named the primary: every sentinel refused the credentials (sentinel_username / sentinel_password)",
+                detail,
+            )));
+        }
+        Err(failed("no sentinel named the primary", detail))
     }
 
     async fn ask(&self, sentinel: &redis::Client) -> RedisResult<Option<(String, u16)>> {

@@ -33,11 +33,28 @@ pub struct ReplicatedPair {
 impl ReplicatedPair {
     /// Starts both; returns once the replica's link to the primary is up.
     pub fn start() -> Result<ReplicatedPair, HarnessError> {
+        Self::start_with_password(None)
+    }
+
+    /// Like [`start`](Self::start), both servers requiring `password` for
+    /// the default user (`requirepass`, and `masterauth` so that either can
+    /// replicate from the other after a failover); the harness's own
+    /// commands authenticate.
+    pub fn start_with_password(password: Option<&str>) -> Result<ReplicatedPair, HarnessError> {
+        let builder = || {
+            let b = RedisServer::builder();
+            match password {
+                Some(pw) => b
+                    .args(["--requirepass", pw, "--masterauth", pw])
+                    .client_auth("default", pw),
+                None => b,
+            }
+        };
         // No 5 s wait for more replicas before the first full sync.
-        let primary = RedisServer::builder()
+        let primary = builder()
             .args(["--repl-diskless-sync-delay", "0"])
             .start()?;
-        let replica = RedisServer::builder()
+        let replica = builder()
             .arg("--replicaof")
             .arg("127.0.0.1")
             .arg(primary.port().to_string())

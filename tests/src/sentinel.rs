@@ -39,6 +39,8 @@ pub struct SentinelSet {
     name: String,
     data: Vec<RedisServer>,
     sentinels: Vec<RedisServer>,
+    /// The data nodes' and the sentinels' passwords, if any.
+    passwords: (Option<String>, Option<String>),
 }
 
 /// `name:value` lines (`INFO`) or a flat `[name, value, ...]` array
@@ -59,8 +61,19 @@ impl SentinelSet {
     /// is linked and every sentinel sees the replica and the two other
     /// sentinels.
     pub fn start(name: &str) -> Result<SentinelSet, HarnessError> {
-        let ReplicatedPair { primary, replica } = ReplicatedPair::start()?;
-        let config = format!(
+        Self::start_with_passwords(name, None, None)
+    }
+
+    /// Like [`start`](Self::start), with passwords: the data nodes require
+    /// `data` (the sentinels know it: `sentinel auth-pass`), the sentinels
+    /// require `sentinel` (`requirepass`). [`url`](Self::url) carries both.
+    pub fn start_with_passwords(
+        name: &str,
+        data: Option<&str>,
+        sentinel: Option<&str>,
+    ) -> Result<SentinelSet, HarnessError> {
+        let ReplicatedPair { primary, replica } = ReplicatedPair::start_with_password(data)?;
+        let mut config = format!(
             "sentinel monitor {name} 127.0.0.1 {port} 2\n\
              sentinel down-after-milliseconds {name} {down}\n\
              sentinel failover-timeout {name} 5000\n\
@@ -68,19 +81,27 @@ impl SentinelSet {
             port = primary.port(),
             down = SENTINEL_DOWN_AFTER.as_millis(),
         );
+        if let Some(pw) = data {
+            config.push_str(&format!("sentinel auth-pass {name} {pw}\n"));
+        }
+        if let Some(pw) = sentinel {
+            config.push_str(&format!("requirepass {pw}\n"));
+        }
         let mut sentinels = Vec::with_capacity(3);
         for _ in 0..3 {
-            sentinels.push(
-                RedisServer::builder()
-                    .config_text(config.clone())
-                    .arg("--sentinel")
-                    .start()?,
-            );
+            let mut b = RedisServer::builder()
+                .config_text(config.clone())
+                .arg("--sentinel");
+            if let Some(pw) = sentinel {
+                b = b.client_auth("default", pw);
+            }
+            sentinels.push(b.start()?);
         }
         let set = SentinelSet {
             name: name.to_owned(),
             data: vec![primary, replica],
             sentinels,
+            passwords: (data.map(str::to_owned), sentinel.map(str::to_owned)),
         };
         set.wait_until("the replica linked and every sentinel sees the set", |s| {
             if !s.replica_linked(1)? {
@@ -97,14 +118,28 @@ impl SentinelSet {
     }
 
     /// The client URL of the set: `redis+sentinel://` with the three
-    /// sentinels' addresses and the name (lock-core's Sentinel URL form).
+    /// sentinels' addresses and the name (lock-core's Sentinel URL form),
+    /// the data nodes' password in the userinfo and the sentinels' as
+    /// `sentinel_password`.
     pub fn url(&self) -> String {
         let hosts: Vec<String> = self
             .sentinels
             .iter()
             .map(|s| format!("127.0.0.1:{}", s.port()))
             .collect();
-        format!("redis+sentinel://{}/{}", hosts.join(","), self.name)
+        let userinfo = match &self.passwords.0 {
+            Some(pw) => format!(":{pw}@"),
+            None => String::new(),
+        };
+        let query = match &self.passwords.1 {
+            Some(pw) => format!("?sentinel_password={pw}"),
+            None => String::new(),
+        };
+        format!(
+            "redis+sentinel://{userinfo}{}/{}{query}",
+            hosts.join(","),
+            self.name
+        )
     }
 
     /// The name the sentinels monitor the primary under.

@@ -265,3 +265,37 @@ async fn a_hold_the_new_primary_lacks_is_reported_lost() {
     assert!(owner_on(&s.data_nodes()[1], lock.key(), &g));
     g.release().await.unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// Passwords on both sides: the data nodes' in the URL's userinfo, the
+/// sentinels' as `sentinel_password`. Wrong ones fail with the cause.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn data_node_and_sentinel_credentials_come_from_the_url() {
+    let s = SentinelSet::start_with_passwords("locks", Some("data-pw"), Some("sentinel-pw"))
+        .unwrap_or_else(|e| panic!("sentinel set: {e}"));
+    let url = s.url();
+    assert!(url.contains(":data-pw@") && url.ends_with("?sentinel_password=sentinel-pw"));
+    let c = client(&url, Duration::from_secs(30));
+    let lock = c.lock("secured").unwrap_or_else(|e| panic!("{e}"));
+    let guard = lock.acquire().await.unwrap_or_else(|e| panic!("{e}"));
+    assert!(owner_on(&s.data_nodes()[0], lock.key(), &guard));
+    guard.release().await.unwrap_or_else(|e| panic!("{e}"));
+
+    let no_data_password = url.replace(":data-pw@", "");
+    let err = client(&no_data_password, Duration::from_secs(30))
+        .ping()
+        .await
+        .expect_err("reached the primary without its password");
+    assert!(err.is_auth_failure(), "{err}");
+    let wrong_sentinel_password = url.replace("sentinel-pw", "nope");
+    let err = client(&wrong_sentinel_password, Duration::from_secs(30))
+        .ping()
+        .await
+        .expect_err("asked the sentinels with a wrong password");
+    let text = err.to_string();
+    assert!(
+        err.is_auth_failure() && text.contains("every sentinel refused the credentials"),
+        "{text}"
+    );
+    // The password never shows in the client's Debug output.
+    assert!(!format!("{:?}", c.config()).contains("sentinel-pw"));
+}
