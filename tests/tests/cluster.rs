@@ -762,3 +762,51 @@ async fn global_pub_sub_mode_uses_classic_channels_on_a_cluster() {
         .await
         .unwrap_or_else(|e| panic!("{e}"));
 }
+
+/// The rest of the API on a cluster: ping, inspection, the scan over every
+/// primary, and force-unlock (its unlock message wakes a waiter at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ping_inspection_scan_and_force_unlock_work_on_a_cluster() {
+    let c = cluster(3, 0);
+    let cl = client(&c.url(), Duration::from_secs(30));
+    cl.ping().await.unwrap_or_else(|e| panic!("ping: {e}"));
+    let names: Vec<String> = (0..9).map(|i| format!("inspect-{i}")).collect();
+    let mut guards = Vec::new();
+    for name in &names {
+        let lock = cl.lock(name).unwrap_or_else(|e| panic!("{e}"));
+        guards.push(lock.acquire().await.unwrap_or_else(|e| panic!("{e}")));
+    }
+    let first = cl.lock(&names[0]).unwrap_or_else(|e| panic!("{e}"));
+    assert!(first.is_locked().await.unwrap_or_else(|e| panic!("{e}")));
+    assert_eq!(
+        first.hold_count().await.unwrap_or_else(|e| panic!("{e}")),
+        0
+    );
+    assert!(first
+        .remaining_ttl()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .is_some());
+    let found = cl
+        .scan_locks("inspect-*")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let found: Vec<&str> = found.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(found, names.iter().map(String::as_str).collect::<Vec<_>>());
+
+    let other = client(&c.url(), Duration::from_secs(30));
+    let waiter = tokio::spawn({
+        let lock = other.lock(&names[0]).unwrap_or_else(|e| panic!("{e}"));
+        async move { lock.acquire().await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(first.force_unlock().await.unwrap_or_else(|e| panic!("{e}")));
+    let g = within(Duration::from_secs(2), "woken by the force-unlock", waiter)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|e| panic!("{e}"));
+    g.release().await.unwrap_or_else(|e| panic!("{e}"));
+    for g in guards.drain(1..) {
+        g.release().await.unwrap_or_else(|e| panic!("{e}"));
+    }
+}
