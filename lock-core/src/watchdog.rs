@@ -27,6 +27,7 @@ use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use futures_util::StreamExt;
 use redis::cluster_routing::Slot as HashSlot;
 use redis::Value;
 use tokio::sync::Notify;
@@ -357,6 +358,9 @@ impl Watchdog {
     }
 }
 
+/// Renewal calls in flight at once on a cluster (one per hash slot).
+const CLUSTER_CALLS_IN_FLIGHT: usize = 64;
+
 /// One renewal of a pass: where its entry is. The hold is looked up again
 /// in the slab when the answer comes (no reference counting per renewal).
 #[derive(Clone, Copy, Debug)]
@@ -510,20 +514,35 @@ async fn run(
         // A batch may take at most a period, and never longer than its
         // most urgent hold has left: an answer after that is of no use.
         let core_ref = &*core;
-        let calls = batches.iter().map(|batch| {
-            let bound = batch
-                .least_left
-                .saturating_sub(spent)
-                .min(period)
-                .max(Duration::from_millis(1));
-            async move {
-                match tokio::time::timeout(bound, renew_batch(core_ref, batch)).await {
-                    Ok(result) => result,
-                    Err(_) => Err(Error::CommandTimeout),
+        let calls: Vec<_> = batches
+            .iter()
+            .map(|batch| {
+                let deadline = started
+                    + batch
+                        .least_left
+                        .saturating_sub(spent)
+                        .min(period)
+                        .max(Duration::from_millis(1));
+                async move {
+                    match tokio::time::timeout_at(deadline, renew_batch(core_ref, batch)).await {
+                        Ok(result) => result,
+                        Err(_) => Err(Error::CommandTimeout),
+                    }
                 }
-            }
-        });
-        let results = futures_util::future::join_all(calls).await;
+            })
+            .collect();
+        // On a cluster a pass is one call per hash slot, thousands of
+        // them: a bounded number in flight (all at once swamps the cluster
+        // connection's request queue).
+        let in_flight = if core.cluster {
+            CLUSTER_CALLS_IN_FLIGHT
+        } else {
+            batches.len().max(1)
+        };
+        let results: Vec<_> = futures_util::stream::iter(calls)
+            .buffered(in_flight)
+            .collect()
+            .await;
 
         let mut s = locked(&schedule);
         let after = Instant::now();

@@ -251,7 +251,7 @@ async fn a_waiter_is_woken_by_sharded_pub_sub_on_the_slots_primary() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn ten_thousand_watchdog_locks_over_every_slot_are_renewed_without_cross_slot_errors() {
+async fn fifty_thousand_watchdog_locks_over_almost_every_slot_are_renewed_without_errors() {
     let c = cluster(3, 0);
     let errors = std::sync::Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
     let watchdog = Duration::from_secs(3);
@@ -269,7 +269,7 @@ async fn ten_thousand_watchdog_locks_over_every_slot_are_renewed_without_cross_s
         })
         .build()
         .unwrap_or_else(|e| panic!("{e}"));
-    let count = 10_000;
+    let count = 50_000;
     let mut guards = Vec::with_capacity(count);
     for chunk in (0..count).collect::<Vec<_>>().chunks(500) {
         let batch = futures_util::future::join_all(chunk.iter().map(|i| {
