@@ -379,8 +379,9 @@ struct Batch {
 }
 
 /// Takes up to [`BATCH`] entries due by `horizon` and builds their script
-/// calls into `out`: one call, or on a Redis Cluster one per hash slot (a
-/// script may only touch keys of one slot). Holds whose deadline has passed
+/// call into `out`; on a Redis Cluster, every entry due by `horizon`, in
+/// one call per hash slot (a script may only touch keys of one slot; at
+/// most [`BATCH`] locks per call). Holds whose deadline has passed
 /// are lost, not renewed. False when nothing was due. Runs under the
 /// schedule's lock, one batch at a time, so that acquisitions and releases
 /// never wait for a whole pass.
@@ -394,7 +395,9 @@ fn next_batches(
 ) -> bool {
     let mut renewals = Vec::with_capacity(BATCH);
     let mut lefts = Vec::with_capacity(BATCH);
-    while renewals.len() < BATCH {
+    // On a cluster the whole pass is taken at once, so that the locks of
+    // one hash slot share a call however many slots there are.
+    while core.cluster || renewals.len() < BATCH {
         let Some(d) = s.pop_due(horizon) else {
             break;
         };
@@ -440,7 +443,9 @@ fn next_batches(
         group.1 = group.1.min(left);
     }
     for (renewals, least_left) in by_slot.into_values() {
-        out.push(build_batch(s, core, renewals, least_left, lease_ms));
+        for chunk in renewals.chunks(BATCH) {
+            out.push(build_batch(s, core, chunk.to_vec(), least_left, lease_ms));
+        }
     }
     true
 }
@@ -478,7 +483,17 @@ async fn run(
     period: Duration,
     shutdown: CancellationToken,
 ) {
-    let slack = period / 10;
+    // How early an entry may be renewed with the pass before it. On a
+    // cluster a pass makes one call per hash slot: renewing up to half a
+    // period early brings the due times of one slot's locks together (they
+    // are then due together), so a period costs about one call per slot
+    // with locks instead of one per lock, for at most one extra renewal of
+    // a lock per period.
+    let slack = if core.cluster {
+        period / 2
+    } else {
+        period / 10
+    };
     let retry_delay = (period / 4).max(Duration::from_millis(10));
     let lease = core.config.watchdog_timeout;
     let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
