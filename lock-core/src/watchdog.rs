@@ -385,7 +385,7 @@ struct Batch {
 /// are lost, not renewed. False when nothing was due. Runs under the
 /// schedule's lock; on a single server one batch at a time, so that
 /// acquisitions and releases never wait for a whole pass (on a cluster they
-/// wait for the pass's grouping: a few milliseconds per 100 000 locks).
+/// wait while the whole pass is taken and grouped).
 fn next_batches(
     s: &mut Schedule,
     core: &Core,
