@@ -75,6 +75,16 @@ async fn until_shard_subscribers(
     .await;
 }
 
+/// Acquires `lock` in a task of its own; yields the outcome and when it came.
+fn spawn_waiter(
+    lock: lock_core::Lock,
+) -> tokio::task::JoinHandle<(lock_core::Result<lock_core::LockGuard>, Instant)> {
+    tokio::spawn(async move {
+        let g = lock.acquire().await;
+        (g, Instant::now())
+    })
+}
+
 fn env_var(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} not set"))
 }
@@ -212,13 +222,7 @@ async fn a_waiter_is_woken_by_sharded_pub_sub_on_the_slots_primary() {
         .acquire_with(AcquireOptions::new().lease(Duration::from_secs(20)))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let waiter = tokio::spawn({
-        let lock = waiter_client.lock(name).unwrap_or_else(|e| panic!("{e}"));
-        async move {
-            let g = lock.acquire().await;
-            (g, Instant::now())
-        }
-    });
+    let waiter = spawn_waiter(waiter_client.lock(name).unwrap_or_else(|e| panic!("{e}")));
     let channel = format!("redisson_lock__channel:{{{name}}}");
     let slot_primary = &c.nodes()[c
         .primary_for_slot(c.key_slot(&channel).unwrap_or_else(|e| panic!("{e}")))
@@ -376,13 +380,7 @@ async fn a_redisson_protocol_client_and_lock_core_wake_each_other_by_sharded_pub
         .unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(held, None, "taken by the Redisson-protocol client");
     let cl = client(&c.url(), Duration::from_secs(30));
-    let waiter = tokio::spawn({
-        let lock = cl.lock(name).unwrap_or_else(|e| panic!("{e}"));
-        async move {
-            let g = lock.acquire().await;
-            (g, Instant::now())
-        }
-    });
+    let waiter = spawn_waiter(cl.lock(name).unwrap_or_else(|e| panic!("{e}")));
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!waiter.is_finished());
     let released = Instant::now();
@@ -527,13 +525,7 @@ async fn a_slot_migrated_under_load_loses_no_update_and_still_wakes_waiters() {
         .acquire_with(AcquireOptions::new().lease(Duration::from_secs(20)))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let waiter = tokio::spawn({
-        let lock = clients[1].lock(name).unwrap_or_else(|e| panic!("{e}"));
-        async move {
-            let g = lock.acquire().await;
-            (g, Instant::now())
-        }
-    });
+    let waiter = spawn_waiter(clients[1].lock(name).unwrap_or_else(|e| panic!("{e}")));
     let channel = format!("redisson_lock__channel:{{{name}}}");
     let (new_node, old_node) = (&c.nodes()[from], &c.nodes()[to]);
     until_shard_subscribers(old_node, &channel, 1, "subscription on the new primary").await;
@@ -729,13 +721,7 @@ async fn global_pub_sub_mode_uses_classic_channels_on_a_cluster() {
         .acquire_with(AcquireOptions::new().lease(Duration::from_secs(20)))
         .await
         .unwrap_or_else(|e| panic!("{e}"));
-    let waiter = tokio::spawn({
-        let lock = waiter_client.lock(name).unwrap_or_else(|e| panic!("{e}"));
-        async move {
-            let g = lock.acquire().await;
-            (g, Instant::now())
-        }
-    });
+    let waiter = spawn_waiter(waiter_client.lock(name).unwrap_or_else(|e| panic!("{e}")));
     let count = |sub: &str| -> i64 {
         c.nodes()
             .iter()
