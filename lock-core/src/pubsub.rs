@@ -387,12 +387,7 @@ async fn run(
         let (mut sink, mut stream) = pubsub.split();
 
         // Subscribe again to every channel that has waiters.
-        let wanted: Vec<(String, u64)> = shared
-            .state()
-            .channels
-            .iter()
-            .map(|(name, ch)| (name.clone(), ch.generation))
-            .collect();
+        let wanted = shared.channels();
         if !wanted.is_empty() {
             let names: Vec<&str> = wanted.iter().map(|(n, _)| n.as_str()).collect();
             match tokio::time::timeout(command_timeout, sink.subscribe(&names)).await {

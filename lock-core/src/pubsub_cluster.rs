@@ -76,12 +76,7 @@ pub(super) async fn run(
             command_timeout,
         };
         // Every channel that has waiters, subscribed on its slot's node.
-        let wanted: Vec<(String, u64)> = shared
-            .state()
-            .channels
-            .iter()
-            .map(|(name, ch)| (name.clone(), ch.generation))
-            .collect();
+        let wanted = shared.channels();
         let mut ok = true;
         for (name, generation) in &wanted {
             if !channels.subscribe(&shared, name, *generation).await {

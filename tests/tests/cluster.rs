@@ -85,6 +85,22 @@ fn spawn_waiter(
     })
 }
 
+/// Awaits a [`spawn_waiter`] task (5 s at most), releases what it got;
+/// how long after `released` it got the lock.
+async fn woken_after(
+    waiter: tokio::task::JoinHandle<(lock_core::Result<lock_core::LockGuard>, Instant)>,
+    released: Instant,
+) -> Duration {
+    let (g, at) = within(Duration::from_secs(5), "waiter", waiter)
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    g.unwrap_or_else(|e| panic!("{e}"))
+        .release()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    at.duration_since(released)
+}
+
 fn env_var(name: &str) -> String {
     std::env::var(name).unwrap_or_else(|_| panic!("{name} not set"))
 }
@@ -551,16 +567,9 @@ async fn a_slot_migrated_under_load_loses_no_update_and_still_wakes_waiters() {
     );
     let released = Instant::now();
     guard.release().await.unwrap_or_else(|e| panic!("{e}"));
-    let (g, at) = within(Duration::from_secs(5), "waiter", waiter)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let woke = at.duration_since(released);
+    let woke = woken_after(waiter, released).await;
     println!("after the move, woken {woke:?} after the release");
     assert!(woke < Duration::from_secs(2), "{woke:?}");
-    g.unwrap_or_else(|e| panic!("{e}"))
-        .release()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// Holds acknowledged by their replicas (`wait_for_replicas(1, ..)`), then
@@ -740,15 +749,8 @@ async fn global_pub_sub_mode_uses_classic_channels_on_a_cluster() {
     assert_eq!(count("SHARDNUMSUB"), 0, "no shard subscription");
     let released = Instant::now();
     guard.release().await.unwrap_or_else(|e| panic!("{e}"));
-    let (g, at) = within(Duration::from_secs(5), "waiter", waiter)
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    let woke = at.duration_since(released);
+    let woke = woken_after(waiter, released).await;
     assert!(woke < Duration::from_secs(2), "woken by PUBLISH: {woke:?}");
-    g.unwrap_or_else(|e| panic!("{e}"))
-        .release()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
 }
 
 /// The rest of the API on a cluster: ping, inspection, the scan over every
