@@ -203,19 +203,19 @@ impl Core {
             .max(duration_ms(self.config.watchdog_timeout) * 2)
     }
 
-    /// Releases one count of the hold `owner`, handing the lock to the next
-    /// local waiter when there is one and the streak allows it, and counts
-    /// the release (`lock_core_releases_total`).
+    /// Releases one count of `hold`: when it is the last, ends the hold,
+    /// handing the lock to the next local waiter when there is one and the
+    /// streak allows it; counts the release (`lock_core_releases_total`).
     ///
     /// Call it from a task of its own: it must run to the end, or a waiter
     /// picked for a hand-off would wait for a decision that never comes.
     pub(crate) async fn release_hold(
         &self,
         keys: &Arc<LockKeys>,
-        owner: &Arc<str>,
+        hold: &Arc<Hold>,
         lease_ms: u64,
     ) -> Result<Released> {
-        let result = self.release_one(keys, owner, lease_ms).await;
+        let result = self.release_count(keys, hold, lease_ms).await;
         crate::metrics::release(match result {
             Ok(Released::NotHeld) => metrics::ReleaseOutcome::NotHeld,
             Ok(_) => metrics::ReleaseOutcome::Released,
@@ -225,7 +225,39 @@ impl Core {
     }
 
     /// [`release_hold`](Self::release_hold) without the count.
-    async fn release_one(
+    async fn release_count(
+        &self,
+        keys: &Arc<LockKeys>,
+        hold: &Arc<Hold>,
+        lease_ms: u64,
+    ) -> Result<Released> {
+        let _change = hold.change().await;
+        let before = hold.take_count();
+        if before <= 1 {
+            return self.release_last(keys, &hold.owner, lease_ms).await;
+        }
+        // One of several counts: never the end of the hold, never a
+        // hand-off. Failed or not, the other counts keep the hold, here and
+        // in Redis (which then has this count or one more; the last release
+        // ends the hold whatever count Redis has).
+        match self
+            .release(keys, &hold.owner, lease_ms, before, || {})
+            .await?
+        {
+            ReleaseOutcome::HoldsRemain => Ok(Released::HoldsRemain),
+            ReleaseOutcome::NotHeld => {
+                self.queues.ended(&keys.lock, &hold.owner);
+                Ok(Released::NotHeld)
+            }
+            ReleaseOutcome::Freed { .. } => Err(Error::Protocol(
+                "the release of one of several counts freed the lock".into(),
+            )),
+        }
+    }
+
+    /// Ends the hold `owner` (its last count, as this client counts them):
+    /// hands the lock on to a local waiter, or frees it.
+    async fn release_last(
         &self,
         keys: &Arc<LockKeys>,
         owner: &Arc<str>,
@@ -238,15 +270,14 @@ impl Core {
         loop {
             let Some(next) = self.queues.offer(&keys.lock, &owner) else {
                 let outcome = self
-                    .release(keys, &owner, lease_ms, false, || {
+                    .release(keys, &owner, lease_ms, 1, || {
                         self.queues.release_stalled(&keys.lock, &owner)
                     })
                     .await;
                 let result = match outcome {
-                    Ok(ReleaseOutcome::HoldsRemain) => {
-                        self.queues.still_held(&keys.lock, &owner);
-                        Ok(Released::HoldsRemain)
-                    }
+                    Ok(ReleaseOutcome::HoldsRemain) => Err(Error::Protocol(
+                        "the release of a hold's last count left it in place".into(),
+                    )),
                     Ok(ReleaseOutcome::Freed { told }) => {
                         // Other clients wait too (the unlock message reached
                         // more clients than this one): this client's head
@@ -274,7 +305,7 @@ impl Core {
             let next_owner = self.new_owner();
             let sent_at = tokio::time::Instant::now();
             match self
-                .hand_off(keys, &owner, lease_ms, &next_owner, next_lease_ms)
+                .hand_off(keys, &owner, &next_owner, next_lease_ms)
                 .await
             {
                 Ok(HandOff::Given { token }) => {
@@ -322,10 +353,6 @@ impl Core {
                     owner = next_owner;
                     lease_ms = next_lease_ms;
                 }
-                Ok(HandOff::HoldsRemain) => {
-                    self.queues.withdraw(&keys.lock, &next);
-                    return first.unwrap_or(Ok(Released::HoldsRemain));
-                }
                 Ok(HandOff::NotHeld) => {
                     self.queues.withdraw(&keys.lock, &next);
                     self.queues.ended(&keys.lock, &owner);
@@ -354,7 +381,8 @@ impl Core {
     /// it existed, Ok(false) when it did not. No hand-off.
     pub(crate) async fn release_all(&self, keys: &LockKeys, owner: &Arc<str>) -> Result<bool> {
         let lease_ms = duration_ms(self.config.watchdog_timeout);
-        let outcome = self.release(keys, owner, lease_ms, true, || {}).await;
+        // Named as the last count: the hold ends whatever count it has.
+        let outcome = self.release(keys, owner, lease_ms, 1, || {}).await;
         self.queues.ended(&keys.lock, owner);
         outcome.map(|o| o != ReleaseOutcome::NotHeld)
     }
@@ -401,7 +429,7 @@ impl Core {
             ),
         );
         let reply = self
-            .run_with_retries(keys, &self.scripts.cancel, &cmd, || None, || {})
+            .run_with_retries(keys, &self.scripts.cancel, &cmd, || {})
             .await?;
         match reply {
             Value::Int(n) => {
@@ -495,68 +523,58 @@ impl Core {
         Duration::from_micros(random % rtt_us.saturating_mul(2).max(1))
     }
 
-    /// The latch key and lifetime of one new release request.
+    /// The latch key and lifetime of one new hand-off request.
     fn latch(&self, keys: &LockKeys) -> (String, u64) {
         (keys.latch(&self.request_id()), self.latch_ms())
     }
 
-    /// Releases one hold of `owner` on the lock (no hand-off); with `all`,
-    /// every count of it (shutdown).
+    /// Releases one count of the hold `owner` (no hand-off), which has
+    /// `counts` counts before it as this client knows them: 1 ends the hold
+    /// whatever count Redis has; more takes one off only when Redis has
+    /// exactly that many (see release.lua). Retried after lost replies: a
+    /// retry finds the count already taken, or the hold gone.
     async fn release(
         &self,
         keys: &LockKeys,
         owner: &str,
         lease_ms: u64,
-        all: bool,
+        counts: u32,
         on_retry: impl Fn(),
     ) -> Result<ReleaseOutcome> {
         let publish = self.publish_command().await?;
-        let (latch, latch_ms) = self.latch(keys);
         let turn_ms = duration_ms(self.turn_window());
-        // `sent_before`: '0' on the first send of this request (whose latch
-        // cannot exist yet: the script skips reading it), '1' on retries.
-        let release_cmd = |sent_before: &str| {
-            self.scripts.release.evalsha(
-                &[
-                    keys.lock.as_str(),
-                    keys.channel.as_str(),
-                    latch.as_str(),
-                    keys.queue.as_str(),
-                    keys.turn.as_str(),
-                ],
-                (
-                    owner,
-                    lease_ms,
-                    crate::keys::UNLOCK_MESSAGE,
-                    latch_ms,
-                    &*self.client_id,
-                    turn_ms,
-                    if all { "1" } else { "0" },
-                    sent_before,
-                    publish,
-                ),
-            )
-        };
-        let cmd = release_cmd("0");
+        let cmd = self.scripts.release.evalsha(
+            &[
+                keys.lock.as_str(),
+                keys.channel.as_str(),
+                keys.queue.as_str(),
+                keys.turn.as_str(),
+            ],
+            (
+                owner,
+                lease_ms,
+                crate::keys::UNLOCK_MESSAGE,
+                &*self.client_id,
+                turn_ms,
+                counts.max(1),
+                publish,
+            ),
+        );
         let retried = std::sync::atomic::AtomicBool::new(false);
         let reply = self
-            .run_with_retries(
-                keys,
-                &self.scripts.release,
-                &cmd,
-                || Some(release_cmd("1")),
-                || {
-                    retried.store(true, Ordering::Relaxed);
-                    on_retry()
-                },
-            )
+            .run_with_retries(keys, &self.scripts.release, &cmd, || {
+                retried.store(true, Ordering::Relaxed);
+                on_retry()
+            })
             .await?;
         match reply {
             // A retry of a release that took the last count: the first
             // attempt was applied and its reply lost (the hold's owner id
             // is its own, so nothing else can have removed it but its
             // expiry, which frees the lock just the same).
-            Value::Nil if retried.load(Ordering::Relaxed) => Ok(ReleaseOutcome::Freed { told: 0 }),
+            Value::Nil if retried.load(Ordering::Relaxed) && counts <= 1 => {
+                Ok(ReleaseOutcome::Freed { told: 0 })
+            }
             Value::Nil => Ok(ReleaseOutcome::NotHeld),
             // Freed; its unlock message was refused (ACL).
             Value::BulkString(_) | Value::SimpleString(_) => {
@@ -573,13 +591,12 @@ impl Core {
         }
     }
 
-    /// Releases one hold of `owner`; at hold count zero the lock goes to
-    /// `next` with a new fencing token.
+    /// Ends the hold `owner` (its last count): the lock goes to `next` with
+    /// a new fencing token.
     async fn hand_off(
         &self,
         keys: &LockKeys,
         owner: &str,
-        lease_ms: u64,
         next: &str,
         next_lease_ms: u64,
     ) -> Result<HandOff> {
@@ -596,7 +613,6 @@ impl Core {
             ],
             (
                 owner,
-                lease_ms,
                 latch_ms,
                 next,
                 next_lease_ms,
@@ -606,7 +622,7 @@ impl Core {
             ),
         );
         let reply = self
-            .run_with_retries(keys, &self.scripts.handoff, &cmd, || None, || {})
+            .run_with_retries(keys, &self.scripts.handoff, &cmd, || {})
             .await?;
         let pair = match &reply {
             Value::Array(items) => match items.as_slice() {
@@ -617,7 +633,6 @@ impl Core {
         };
         match pair {
             Some((-1, _)) => Ok(HandOff::NotHeld),
-            Some((0, _)) => Ok(HandOff::HoldsRemain),
             Some((3, token)) if token >= 0 => Ok(HandOff::Given {
                 token: token as u64,
             }),
@@ -629,26 +644,20 @@ impl Core {
     }
 
     /// Runs a release-type script, retrying transient failures with the
-    /// same request (its latch makes a retry after a lost reply harmless).
-    /// `retry_cmd` is the request as sent again (`None`: `cmd` itself).
+    /// same request (each script makes a repeated request harmless: the
+    /// count it names, its latch, or the owner id that is gone).
     async fn run_with_retries(
         &self,
         keys: &LockKeys,
         script: &Script,
         cmd: &Cmd,
-        retry_cmd: impl Fn() -> Option<Cmd>,
         on_retry: impl Fn(),
     ) -> Result<Value> {
         let deadline =
             tokio::time::Instant::now() + self.config.command_timeout * RELEASE_RETRY_WINDOW_FACTOR;
         let mut backoff = Duration::from_millis(10);
-        let mut retry: Option<Cmd> = None;
         loop {
-            let this = match &retry {
-                Some(again) => again,
-                None => cmd,
-            };
-            match self.run_script(script, this).await {
+            match self.run_script(script, cmd).await {
                 Ok(reply) => return Ok(reply),
                 Err(e) if e.is_transient() && tokio::time::Instant::now() + backoff < deadline => {
                     tracing::debug!(
@@ -658,9 +667,6 @@ impl Core {
                         "lock release failed; retrying"
                     );
                     on_retry();
-                    if retry.is_none() {
-                        retry = retry_cmd();
-                    }
                     tokio::time::sleep(backoff).await;
                     backoff = (backoff * 2).min(Duration::from_millis(500));
                 }
@@ -714,7 +720,6 @@ impl Released {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum HandOff {
     NotHeld,
-    HoldsRemain,
     /// The lock was freed instead (the hand-off had been cancelled).
     Freed,
     Given {
@@ -1002,7 +1007,7 @@ impl Core {
                 lease_ms,
             } => (
                 keys,
-                self.release_hold(keys, &hold.owner, *lease_ms)
+                self.release_hold(keys, hold, *lease_ms)
                     .await
                     .map(|released| {
                         if released == Released::NotHeld {

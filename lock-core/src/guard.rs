@@ -62,13 +62,13 @@ impl Held {
         let lease_ms = self.lease_ms();
         let core = self.lock.client.inner.core.clone();
         let keys = self.lock.keys.clone();
-        let owner = self.hold.owner.clone();
+        let hold = self.hold.clone();
         // Tracked with the client's background work (a shutdown waits for
         // it), and finished there if this future is dropped.
         let (tracker, runtime) = (core.background.clone(), core.runtime.clone());
         let call = RunToEnd::new(
             tracker.track_future(
-                async move { core.release_hold(&keys, &owner, lease_ms).await }.instrument(span),
+                async move { core.release_hold(&keys, &hold, lease_ms).await }.instrument(span),
             ),
             &tracker,
             &runtime,

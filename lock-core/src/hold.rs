@@ -20,10 +20,18 @@
 //!   re-entries carry a request id remembered by the script. An attempt
 //!   whose reply was lost (or arrived too late) is cancelled by the `cancel`
 //!   script, which undoes it if it was applied and makes sure a late copy
-//!   is never applied. So the hold count in Redis equals the guards that
-//!   exist.
+//!   is never applied.
+//! - **Ended once, by its last count.** The hold counts its guards here
+//!   ([`Hold::take_count`]); changes of the count (re-entries, releases)
+//!   run one at a time ([`Hold::change`]). A release names the count it
+//!   takes off: one of several is applied only when Redis has exactly that
+//!   count (a late or repeated copy finds another count and changes
+//!   nothing), and only the last one ends the hold in Redis, whatever count
+//!   Redis has. So no copy of a release, however late, can free a lock
+//!   whose guards still exist — without relying on a latch key outliving
+//!   the delay.
 
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -92,6 +100,13 @@ pub(crate) struct Hold {
     gone: AtomicBool,
     /// Its place in the `lock_core_held_locks` gauge (feature `metrics`).
     gauge: HeldGauge,
+    /// Counts of the hold this client has given out (guards), plus a
+    /// re-entry in flight: the release that takes the last one ends the
+    /// hold in Redis.
+    counts: AtomicU32,
+    /// Held while the hold's count changes (a re-entry or a release is
+    /// sent), so that each request names the count it finds.
+    changes: tokio::sync::Mutex<()>,
 }
 
 impl Hold {
@@ -123,7 +138,39 @@ impl Hold {
             lost_logged: AtomicBool::new(false),
             gone: AtomicBool::new(false),
             gauge: HeldGauge::count(),
+            counts: AtomicU32::new(1),
+            changes: tokio::sync::Mutex::new(()),
         }))
+    }
+
+    /// Waits until no other change of the hold's count (a re-entry or a
+    /// release) is in flight; the count stays this caller's until the
+    /// returned guard is dropped.
+    pub(crate) async fn change(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.changes.lock().await
+    }
+
+    /// The counts this client has given out (see `counts`).
+    pub(crate) fn counts(&self) -> u32 {
+        self.counts.load(Ordering::Acquire)
+    }
+
+    /// One more count (a re-entry about to be sent); taken back with
+    /// [`take_count`](Self::take_count) if it is not granted.
+    pub(crate) fn add_count(&self) {
+        self.counts.fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Takes one count off; returns how many there were before (1: this was
+    /// the last, the hold ends; 0: it had ended already).
+    pub(crate) fn take_count(&self) -> u32 {
+        match self
+            .counts
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |c| {
+                Some(c.saturating_sub(1))
+            }) {
+            Ok(before) | Err(before) => before,
+        }
     }
 
     /// When the hold stops being valid, unless renewed before.
@@ -361,6 +408,17 @@ mod tests {
             Duration::from_millis(600)
         )
         .is_none());
+    }
+
+    #[test]
+    fn counts_start_at_one_and_never_go_below_zero() {
+        let h = hold(10_000);
+        assert_eq!(h.counts(), 1);
+        h.add_count();
+        assert_eq!(h.take_count(), 2);
+        assert_eq!(h.take_count(), 1, "the last count");
+        assert_eq!(h.take_count(), 0, "ended already");
+        assert_eq!(h.counts(), 0);
     }
 
     #[tokio::test]

@@ -1020,6 +1020,39 @@ impl Lock {
     }
 
     async fn reenter_now(&self, hold: Arc<Hold>, lease: Option<Duration>) -> Result<Reentry> {
+        // One change of the hold's count at a time, the new count counted
+        // before it is sent: a release running after this one knows it is
+        // not the last (see `Hold::change`).
+        let _change = hold.change().await;
+        if hold.counts() == 0 || hold.has_ended() {
+            return Ok(Reentry::Gone);
+        }
+        hold.add_count();
+        let outcome = match self.reenter_once(&hold, lease, true).await {
+            // A connection the server had closed: the attempt was cancelled
+            // (undone or refused), so one more, under a new request id, on a
+            // fresh connection is safe (as for fresh acquisitions).
+            Err(e) if e.is_stale_connection() => {
+                tracing::debug!(error = %e, "lock re-entry met a closed connection; retrying once");
+                self.reenter_once(&hold, lease, false).await
+            }
+            other => other,
+        };
+        if !matches!(outcome, Ok(Reentry::Entered(_))) {
+            hold.take_count();
+        }
+        outcome
+    }
+
+    /// One re-entry request. `first_try`: a closed connection is then
+    /// cancelled before returning, so that the caller's one retry cannot
+    /// be applied on top of this one.
+    async fn reenter_once(
+        &self,
+        hold: &Arc<Hold>,
+        lease: Option<Duration>,
+        first_try: bool,
+    ) -> Result<Reentry> {
         let core = &self.client.inner.core;
         let lease_time = lease.unwrap_or(core.config.watchdog_timeout);
         let lease_ms = lease_ms(lease, core.config.watchdog_timeout);
@@ -1036,7 +1069,21 @@ impl Lock {
         let reply = match core.run_script(&core.scripts.acquire, &cmd).await {
             Ok(reply) => reply,
             Err(e) => {
-                if e.is_transient() {
+                if first_try && e.is_stale_connection() {
+                    if let Err(undo) = core
+                        .cancel(
+                            &self.keys,
+                            &hold.owner,
+                            CancelMode::Reentry,
+                            &latch,
+                            lease_ms,
+                        )
+                        .await
+                    {
+                        tracing::warn!(error = %undo, "cancelling a re-entry with a lost reply failed; the hold keeps the count until it ends");
+                        return Err(undo);
+                    }
+                } else if e.is_transient() {
                     self.client.release_in_background(cancel(latch));
                 }
                 return Err(e);
@@ -1049,7 +1096,11 @@ impl Lock {
                     self.client.release_in_background(cancel(latch));
                     return Ok(Reentry::Gone);
                 }
-                Ok(Reentry::Entered(LockGuard::new(self.clone(), hold, lease)))
+                Ok(Reentry::Entered(LockGuard::new(
+                    self.clone(),
+                    hold.clone(),
+                    lease,
+                )))
             }
             Some((-1, _)) => {
                 hold.mark_gone("the hold was gone when it was re-entered");
@@ -1190,7 +1241,6 @@ impl Lock {
             name: self.keys.name.clone(),
         };
         let hold = self.current_hold().ok_or_else(not_held)?;
-        let owner = hold.owner.clone();
         let core = self.client.inner.core.clone();
         let lease_ms = lease_ms(None, core.config.watchdog_timeout);
         let keys = self.keys.clone();
@@ -1207,7 +1257,7 @@ impl Lock {
         let call = RunToEnd::new(
             tracker.track_future(
                 async move {
-                    let released = core.release_hold(&keys, &owner, lease_ms).await;
+                    let released = core.release_hold(&keys, &hold, lease_ms).await;
                     if let Ok(released) = released {
                         released.log();
                     }

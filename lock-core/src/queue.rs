@@ -409,19 +409,6 @@ impl LocalQueues {
         }
     }
 
-    /// A plain release of `owner`'s holding left holds in place: the
-    /// holding goes on (and is waited for again).
-    pub(crate) fn still_held(&self, key: &str, owner: &str) {
-        if let Some(h) = self
-            .locked()
-            .get_mut(key)
-            .and_then(|s| s.holding.as_mut())
-            .filter(|h| h.is(owner))
-        {
-            h.releasing = false;
-        }
-    }
-
     /// The hand-off to `waiter` happened. Returns true when the waiter had
     /// abandoned: the caller now holds the lock on its behalf and must
     /// release it (and may hand it on).

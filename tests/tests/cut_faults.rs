@@ -256,7 +256,9 @@ async fn reentry_cut_at_every_offset_keeps_the_count_equal_to_the_guards() {
         entered + failed,
         started.elapsed()
     );
-    assert!(failed > 0);
+    // A cut connection is cancelled and re-entered once on a fresh one, so
+    // most cuts end entered; each case was checked above.
+    assert!(entered > 0);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
