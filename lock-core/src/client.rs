@@ -10,7 +10,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{ClientBuilder, ClientConfig, ErrorHook};
-use crate::connection::{build_pool, Manager, Pool};
+use crate::connection::{build_pool, Conn, Lane, Manager, Pool};
 use crate::error::{Error, Result};
 use crate::hold::Hold;
 use crate::keys::LockKeys;
@@ -21,6 +21,10 @@ use crate::queue::LocalQueues;
 use crate::scripts::{Script, Scripts};
 use crate::sharding::Sharding;
 use crate::watchdog::Watchdog;
+
+/// A boxed future of this crate's commands (see `Core::run_script_within`).
+pub(crate) type BoxFuture<'a, T> =
+    std::pin::Pin<Box<dyn std::future::Future<Output = T> + Send + 'a>>;
 
 /// How long a release keeps retrying after connection failures before it
 /// gives up (the lock then expires with its lease).
@@ -89,14 +93,66 @@ impl Core {
         }
     }
 
-    /// Runs one script invocation on a shared connection, bounded by the
-    /// connect and command time-outs (opening a connection included).
+    /// Runs one script invocation on the lock lane, bounded by the connect
+    /// and command time-outs (opening a connection included).
     pub(crate) async fn run_script(&self, script: &Script, cmd: &Cmd) -> Result<Value> {
-        let fut = async {
-            let mut conn = self.pool.checkout().await?;
-            Ok::<_, Error>(script.run(&mut conn, cmd).await?)
+        self.run_script_within(script, cmd, self.command_bound())
+            .await
+    }
+
+    /// [`run_script`](Self::run_script) within `limit` (what is left of a
+    /// caller's wait bound, when less than the usual bound).
+    ///
+    /// Boxed: every lock operation runs through here, and its future type
+    /// stays out of every caller's (deeply nested types hit the compiler's
+    /// recursion limit in callers' crates).
+    pub(crate) fn run_script_within<'a>(
+        &'a self,
+        script: &'a Script,
+        cmd: &'a Cmd,
+        limit: Duration,
+    ) -> BoxFuture<'a, Result<Value>> {
+        Box::pin(
+            self.on_lane(Lane::Locks, limit, move |mut conn| async move {
+                Ok(script.run(&mut conn, cmd).await?)
+            }),
+        )
+    }
+
+    /// The usual bound of one command: opening a connection, then the reply.
+    pub(crate) fn command_bound(&self) -> Duration {
+        self.config.connect_timeout + self.config.command_timeout
+    }
+
+    /// Runs `f` on a connection of `lane`, within `limit` (opening a
+    /// connection included). A caller that gives up waiting marks the
+    /// connection suspect, so the next command opens a new one: a stalled
+    /// (half-open) connection is replaced by the first deadline that passes
+    /// on it, whoever set it.
+    pub(crate) async fn on_lane<T, F, Fut>(&self, lane: Lane, limit: Duration, f: F) -> Result<T>
+    where
+        F: FnOnce(Conn) -> Fut,
+        Fut: std::future::Future<Output = Result<T>>,
+    {
+        let deadline = tokio::time::Instant::now() + limit;
+        let result = match tokio::time::timeout_at(deadline, self.pool.checkout(lane)).await {
+            Err(_) => Err(Error::CommandTimeout),
+            Ok(Err(e)) => Err(Error::Redis(e)),
+            Ok(Ok(conn)) => {
+                let suspect = conn.suspect();
+                match tokio::time::timeout_at(deadline, f(conn)).await {
+                    Ok(r) => r,
+                    Err(_) => {
+                        suspect.mark();
+                        Err(Error::CommandTimeout)
+                    }
+                }
+            }
         };
-        self.bounded(fut).await
+        if result.is_ok() && !self.reached_redis.load(Ordering::Relaxed) {
+            self.reached_redis.store(true, Ordering::Relaxed);
+        }
+        result
     }
 
     /// The command the scripts publish unlock messages with: `publish`,
@@ -131,30 +187,28 @@ impl Core {
             .await?)
     }
 
-    /// Runs one plain command (reads, PING) on a shared connection; a
-    /// connection the server had closed is replaced and the command sent
-    /// once more.
+    /// Runs one plain command (reads, PING) on the lock lane; a connection
+    /// the server had closed is replaced and the command sent once more.
     pub(crate) async fn run_cmd(&self, cmd: &Cmd) -> Result<Value> {
-        let once = || async {
-            let mut conn = self.pool.checkout().await?;
-            Ok::<_, Error>(conn.query(cmd).await?)
-        };
-        match self.bounded(once()).await {
-            Err(e) if e.is_stale_connection() => self.bounded(once()).await,
-            other => other,
-        }
+        self.run_cmd_on(Lane::Locks, cmd).await
     }
 
-    async fn bounded<T>(&self, fut: impl std::future::Future<Output = Result<T>>) -> Result<T> {
-        let limit = self.config.connect_timeout + self.config.command_timeout;
-        let result = match tokio::time::timeout(limit, fut).await {
-            Ok(r) => r,
-            Err(_) => Err(Error::CommandTimeout),
-        };
-        if result.is_ok() && !self.reached_redis.load(Ordering::Relaxed) {
-            self.reached_redis.store(true, Ordering::Relaxed);
-        }
-        result
+    /// [`run_cmd`](Self::run_cmd) on `lane` (boxed, as
+    /// [`run_script_within`](Self::run_script_within)).
+    pub(crate) fn run_cmd_on<'a>(
+        &'a self,
+        lane: Lane,
+        cmd: &'a Cmd,
+    ) -> BoxFuture<'a, Result<Value>> {
+        let query = move |mut conn: Conn| async move { Ok(conn.query(cmd).await?) };
+        Box::pin(async move {
+            match self.on_lane(lane, self.command_bound(), query).await {
+                Err(e) if e.is_stale_connection() => {
+                    self.on_lane(lane, self.command_bound(), query).await
+                }
+                other => other,
+            }
+        })
     }
 
     /// Whether Redis ever answered this client: a later connection failure
@@ -859,7 +913,7 @@ impl LockClient {
         let endpoint = manager.endpoint().clone();
         let stop_tasks = CancellationToken::new();
         endpoint.watch_switches(stop_tasks.clone());
-        let pool = build_pool(manager, config.pool_size, config.connect_timeout);
+        let pool = build_pool(manager, config.pool_size);
         let core = Arc::new(Core {
             client_id: Arc::from(uuid::Uuid::new_v4().to_string()),
             pool,

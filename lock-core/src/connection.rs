@@ -1,11 +1,17 @@
-//! The client's connections: redis-rs multiplexed connections shared by
-//! every command (see [`Pool`]), opened through a bb8 connection manager,
-//! with connect and reply time-outs and broken-connection tracking.
+//! The client's connections, in lanes (see [`Lane`] and [`Pool`]):
+//! redis-rs multiplexed connections opened through a bb8 connection
+//! manager, with connect and reply time-outs and broken-connection
+//! tracking.
 //!
 //! A connection is marked broken when a command on it fails at the I/O
-//! level (or times out); the next command forgets it and opens another, so
-//! after a Redis restart no dead connection is handed out again, and no
-//! command pays a PING first.
+//! level (or times out), and *suspect* when a caller gave up waiting for
+//! its reply (its own deadline, shorter than redis-rs's reply time-out,
+//! passed first: a stalled, half-open path): either way the next command
+//! forgets it and opens another, so after a Redis restart or on a stalled
+//! socket no dead connection is handed out again, and no command pays a
+//! PING first. On a cluster connection neither marks the whole connection:
+//! it carries one connection per node, and one slow node must not cost the
+//! others theirs (redis-rs replaces a node's connection itself).
 //!
 //! `rediss://` connections carry the client's TLS settings (see `tls.rs`);
 //! a failed TLS handshake comes back with its rustls cause in the message.
@@ -202,32 +208,163 @@ impl Conn {
     fn is_broken(&self) -> bool {
         self.broken.load(Ordering::Relaxed)
     }
+
+    /// What marks this connection suspect once a caller gives up waiting
+    /// for a reply on it (see [`Suspect`]).
+    pub(crate) fn suspect(&self) -> Suspect {
+        Suspect {
+            broken: matches!(self.inner, Link::Node(_)).then(|| self.broken.clone()),
+        }
+    }
 }
 
-/// The client's connections: up to `size` multiplexed connections that
-/// every command shares (round-robin), opened as the first commands need
-/// them; a broken one is forgotten and replaced by the next command.
+/// Marks a connection suspect: a caller gave up waiting for a reply on it
+/// (its own deadline passed), so the next command opens a new one. Not on
+/// a cluster connection (see the module doc).
+#[derive(Debug)]
+pub(crate) struct Suspect {
+    broken: Option<Arc<AtomicBool>>,
+}
+
+impl Suspect {
+    /// The caller gave up: the connection is not handed out again.
+    pub(crate) fn mark(&self) {
+        if let Some(broken) = &self.broken {
+            broken.store(true, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The traffic lanes of a client: each its own connections, so that slow
+/// traffic of one kind never holds up another (Redis answers the commands
+/// of one connection in order: one slow reply holds up every reply behind
+/// it).
+///
+/// | lane | carries | connections |
+/// |---|---|---|
+/// | `Locks` | acquire, re-entry, release, hand-off, cancel, force-unlock, `is_locked`, `hold_count`, `remaining_ttl`, PING | `pool_size` shared (default 1) |
+/// | `Renewals` | the watchdog's renewal batches | 1 shared |
+/// | `Inspect` | `status`, `scan_locks` (lockctl list), the eviction-policy check | 1 shared |
+/// | waits | `WAIT` after a fresh acquisition (`wait_for_replicas`) | one per WAIT in flight, kept for reuse (see [`Pool::wait_lane`]) |
+/// | yours | `LockClient::redis_connection` | a new one per call |
+///
+/// The pub/sub connection (unlock messages) is apart from all of them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Lane {
+    /// Lock operations.
+    Locks,
+    /// The watchdog's renewals.
+    Renewals,
+    /// Reads of lock state for people and tools.
+    Inspect,
+}
+
+/// Connections of one shared lane: up to `size`, used round-robin.
+struct Shared {
+    size: usize,
+    conns: Mutex<Vec<Conn>>,
+    next: AtomicUsize,
+    /// One connection opens at a time: a burst of first commands does not
+    /// open one each.
+    opening: tokio::sync::Mutex<()>,
+}
+
+impl Shared {
+    fn new(size: usize) -> Self {
+        Shared {
+            size: size.max(1),
+            conns: Mutex::new(Vec::new()),
+            next: AtomicUsize::new(0),
+            opening: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn locked(&self) -> std::sync::MutexGuard<'_, Vec<Conn>> {
+        self.conns.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The next open connection in turn: when `size` are open, or with
+    /// `any`, when at least one is. Broken ones are forgotten here.
+    fn pick(&self, any: bool, generation: u64) -> Option<Conn> {
+        let mut conns = self.locked();
+        conns.retain(|c| !c.is_broken() && c.generation == generation);
+        if conns.is_empty() || (!any && conns.len() < self.size) {
+            return None;
+        }
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % conns.len();
+        Some(conns[i].clone())
+    }
+
+    fn live(&self) -> usize {
+        self.locked().iter().filter(|c| !c.is_broken()).count()
+    }
+}
+
+/// How many idle `WAIT` connections are kept for reuse (more are opened
+/// while more `WAIT`s are in flight, and closed after).
+const IDLE_WAIT_CONNECTIONS: usize = 16;
+
+/// A connection of the wait lane, lent for one `WAIT`: back to the idle
+/// ones when dropped, unless it failed or its `WAIT` was given up (marked
+/// suspect: its late reply would hold up the next one).
+pub(crate) struct WaitConn<'a> {
+    conn: Option<Conn>,
+    pool: &'a Pool,
+    finished: bool,
+}
+
+impl WaitConn<'_> {
+    /// The connection.
+    pub(crate) fn conn(&mut self) -> Option<&mut Conn> {
+        self.conn.as_mut()
+    }
+
+    /// Its command was answered: it may be lent again.
+    pub(crate) fn finished(&mut self) {
+        self.finished = true;
+    }
+}
+
+impl Drop for WaitConn<'_> {
+    fn drop(&mut self) {
+        let Some(conn) = self.conn.take() else {
+            return;
+        };
+        if !self.finished || conn.is_broken() {
+            return;
+        }
+        let mut idle = self
+            .pool
+            .idle_waits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        if idle.len() < IDLE_WAIT_CONNECTIONS {
+            idle.push(conn);
+        }
+    }
+}
+
+/// The client's connections, by lane (see [`Lane`]).
 ///
 /// Sharing is what makes the client fast: redis-rs pipelines the commands
 /// of many tasks on one socket, so Redis reads and answers them in batches.
 /// Measured with lock-bench (16 tasks, uncontended): one shared connection
 /// runs ~1.5 times as many acquire/release cycles per second as sixteen
 /// connections each checked out for one command at a time, at less CPU on
-/// both sides (see BENCHMARKS.md).
+/// both sides (see BENCHMARKS.md). No command ever waits for a connection
+/// to be free: shared lanes are shared, the wait lane opens one more.
 pub(crate) struct Pool {
-    /// Opens connections (`dedicated_connection`: bb8's connector with this
-    /// crate's manager) and keeps the exclusive ones (`exclusive`); the
-    /// shared connections are never checked out.
+    /// Opens connections (bb8's connector with this crate's manager; no
+    /// connection is ever checked out of it).
     connector: bb8::Pool<Manager>,
-    /// Connections checked out for one blocking command at a time.
-    exclusive: bb8::Pool<Manager>,
+    /// Opens connections for blocking commands (no reply time-out).
+    blocking: bb8::Pool<Manager>,
     endpoint: Arc<Endpoint>,
-    size: usize,
-    shared: Mutex<Vec<Conn>>,
-    next: AtomicUsize,
-    /// One connection opens at a time: a burst of first commands does not
-    /// open one each.
-    opening: tokio::sync::Mutex<()>,
+    locks: Shared,
+    renewals: Shared,
+    inspect: Shared,
+    /// Idle connections of the wait lane.
+    idle_waits: Mutex<Vec<Conn>>,
     /// What the server's eviction policy was last seen as (see `eviction.rs`).
     pub(crate) eviction: EvictionCheck,
 }
@@ -235,37 +372,47 @@ pub(crate) struct Pool {
 impl std::fmt::Debug for Pool {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Pool")
-            .field("size", &self.size)
-            .field("open", &self.live())
+            .field("size", &self.locks.size)
+            .field("open", &self.locks.live())
             .finish_non_exhaustive()
     }
 }
 
 impl Pool {
-    /// A connection for one command: one of the open connections once
-    /// `size` of them are open; before that, a new one (while another
+    fn lane(&self, lane: Lane) -> &Shared {
+        match lane {
+            Lane::Locks => &self.locks,
+            Lane::Renewals => &self.renewals,
+            Lane::Inspect => &self.inspect,
+        }
+    }
+
+    /// A connection of `lane` for one command: one of the open connections
+    /// once the lane's size are open; before that, a new one (while another
     /// opens, an open one if there is any). Connects here rather than in
     /// the background: a failure (refused, bad password, bad DB index,
     /// TLS) comes back at once, with its cause, instead of a time-out.
-    pub(crate) async fn checkout(&self) -> Result<Conn, RedisError> {
-        if let Some(conn) = self.pick(false) {
+    pub(crate) async fn checkout(&self, lane: Lane) -> Result<Conn, RedisError> {
+        let generation = self.generation();
+        let shared = self.lane(lane);
+        if let Some(conn) = shared.pick(false, generation) {
             return Ok(conn);
         }
-        let _opening = match self.opening.try_lock() {
+        let _opening = match shared.opening.try_lock() {
             Ok(guard) => guard,
             Err(_) => {
-                if let Some(conn) = self.pick(true) {
+                if let Some(conn) = shared.pick(true, generation) {
                     return Ok(conn);
                 }
-                self.opening.lock().await
+                shared.opening.lock().await
             }
         };
         // Another command may have opened the last one meanwhile.
-        if let Some(conn) = self.pick(false) {
+        if let Some(conn) = shared.pick(false, generation) {
             return Ok(conn);
         }
         let conn = self.connector.dedicated_connection().await?;
-        self.lock_shared().push(conn.clone());
+        shared.locked().push(conn.clone());
         Ok(conn)
     }
 
@@ -274,48 +421,44 @@ impl Pool {
         self.connector.dedicated_connection().await
     }
 
-    /// A connection of its own for commands that block it (a `WAIT` after
-    /// a fresh acquisition, see `replicas.rs`): one of up to
-    /// [`EXCLUSIVE_CONNECTIONS`] kept open for this, waiting for one while
-    /// all are out.
-    pub(crate) async fn exclusive(
-        &self,
-    ) -> Result<bb8::PooledConnection<'_, Manager>, crate::error::Error> {
-        Ok(self.exclusive.get().await?)
-    }
-
-    /// The next open connection in turn: when `size` are open, or with
-    /// `any`, when at least one is. Broken ones are forgotten here.
-    fn pick(&self, any: bool) -> Option<Conn> {
+    /// A connection of the wait lane for one blocking command (a `WAIT`
+    /// after a fresh acquisition, see `replicas.rs`): an idle one, or a new
+    /// one. Never waits for another `WAIT` to finish.
+    pub(crate) async fn wait_lane(&self) -> Result<WaitConn<'_>, RedisError> {
         let generation = self.generation();
-        let mut shared = self.lock_shared();
-        shared.retain(|c| !c.is_broken() && c.generation == generation);
-        if shared.is_empty() || (!any && shared.len() < self.size) {
-            return None;
-        }
-        let i = self.next.fetch_add(1, Ordering::Relaxed) % shared.len();
-        Some(shared[i].clone())
+        let idle = {
+            let mut idle = self.idle_waits.lock().unwrap_or_else(|p| p.into_inner());
+            idle.retain(|c| !c.is_broken() && c.generation == generation);
+            idle.pop()
+        };
+        let conn = match idle {
+            Some(conn) => conn,
+            None => self.blocking.dedicated_connection().await?,
+        };
+        Ok(WaitConn {
+            conn: Some(conn),
+            pool: self,
+            finished: false,
+        })
     }
 
     /// Forgets every open connection: the next command opens a new one.
     /// Commands in flight finish on the old ones (their clones keep them
     /// open until then).
     pub(crate) fn retire(&self) {
-        self.lock_shared().clear();
+        for lane in [Lane::Locks, Lane::Renewals, Lane::Inspect] {
+            self.lane(lane).locked().clear();
+        }
+        self.idle_waits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
     }
 
     /// The endpoint's generation: connections of an older one go to a
     /// node that may no longer be the primary.
     fn generation(&self) -> u64 {
         self.endpoint.generation()
-    }
-
-    fn live(&self) -> usize {
-        self.lock_shared().iter().filter(|c| !c.is_broken()).count()
-    }
-
-    fn lock_shared(&self) -> std::sync::MutexGuard<'_, Vec<Conn>> {
-        self.shared.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
@@ -364,33 +507,24 @@ impl bb8::ManageConnection for Manager {
     }
 }
 
-/// How many connections blocking commands may have open at once (see
-/// [`Pool::exclusive`]).
-pub(crate) const EXCLUSIVE_CONNECTIONS: u32 = 16;
-
-pub(crate) fn build_pool(manager: Manager, size: u32, wait_bound: Duration) -> Pool {
+pub(crate) fn build_pool(manager: Manager, size: u32) -> Pool {
     let endpoint = manager.endpoint.clone();
-    let exclusive = bb8::Pool::builder()
-        .max_size(EXCLUSIVE_CONNECTIONS)
-        .connection_timeout(wait_bound)
-        .min_idle(Some(0))
-        .test_on_check_out(false)
-        .retry_connection(false)
-        .build_unchecked(manager.blocking());
-    let connector = bb8::Pool::builder()
-        .max_size(1)
-        .min_idle(Some(0))
-        .test_on_check_out(false)
-        .retry_connection(false)
-        .build_unchecked(manager);
+    let connector = |manager: Manager| {
+        bb8::Pool::builder()
+            .max_size(1)
+            .min_idle(Some(0))
+            .test_on_check_out(false)
+            .retry_connection(false)
+            .build_unchecked(manager)
+    };
     Pool {
-        connector,
-        exclusive,
+        blocking: connector(manager.blocking()),
+        connector: connector(manager),
         endpoint,
-        size: size.max(1) as usize,
-        shared: Mutex::new(Vec::new()),
-        next: AtomicUsize::new(0),
-        opening: tokio::sync::Mutex::new(()),
+        locks: Shared::new(size as usize),
+        renewals: Shared::new(1),
+        inspect: Shared::new(1),
+        idle_waits: Mutex::new(Vec::new()),
         eviction: EvictionCheck::default(),
     }
 }

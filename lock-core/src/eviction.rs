@@ -65,7 +65,10 @@ pub(crate) async fn check(core: &Core) {
     }
     let mut cmd = redis::cmd("CONFIG");
     cmd.arg("GET").arg("maxmemory-policy");
-    let policy = match core.run_cmd(&cmd).await {
+    let policy = match core
+        .run_cmd_on(crate::connection::Lane::Inspect, &cmd)
+        .await
+    {
         Ok(reply) => match policy_of(&reply) {
             Some(policy) => policy,
             None => {

@@ -8,6 +8,7 @@ use std::time::Duration;
 use redis::{Pipeline, Value};
 
 use crate::client::{Core, LockClient};
+use crate::connection::Lane;
 use crate::error::{Error, Result};
 use crate::lock::Lock;
 
@@ -18,6 +19,11 @@ const HELPER_PREFIXES: [&str; 3] = [
     "redisson_lock_token:",
     "redisson_unlock_latch:",
 ];
+
+/// The most fields a hash read as a possible lock may have: a lock hash has
+/// one per owner (one for a reentrant lock); anything bigger is not a lock
+/// and is not read.
+const MAX_LOCK_FIELDS: i64 = 64;
 
 /// How many keys one `SCAN` call is asked to look at.
 const SCAN_COUNT: usize = 500;
@@ -144,16 +150,14 @@ fn glob_escape(s: &str) -> String {
     out
 }
 
-/// Runs a pipeline on a shared connection within the client's time-outs.
+/// Runs a pipeline on the inspection lane (its own connection: a big
+/// reply there never holds up lock commands or renewals) within the
+/// client's time-outs.
 async fn run_pipeline(core: &Core, pipe: &Pipeline) -> Result<Vec<Value>> {
-    let limit = core.config.connect_timeout + core.config.command_timeout;
-    let fut = async {
-        let mut conn = core.pool.checkout().await?;
-        Ok::<_, Error>(conn.query_pipeline(pipe).await?)
-    };
-    tokio::time::timeout(limit, fut)
-        .await
-        .map_err(|_| Error::CommandTimeout)?
+    core.on_lane(Lane::Inspect, core.command_bound(), |mut conn| async move {
+        Ok(conn.query_pipeline(pipe).await?)
+    })
+    .await
 }
 
 impl Lock {
@@ -209,10 +213,14 @@ impl LockClient {
     /// names), sorted by name.
     ///
     /// Iterates with `SCAN … TYPE hash` (never `KEYS`, so Redis is not
-    /// blocked; needs Redis 6 or later) and reads each candidate in the same
-    /// round trip as its batch. Keeps only hashes whose fields are owner ids
-    /// with positive hold counts, so other hashes and the locks' helper keys
-    /// (`redisson_lock_token:…`, …) are skipped. Locks released during the
+    /// blocked; needs Redis 6 or later) and reads each batch of candidates
+    /// in two pipelined round trips: `HLEN` first, then `HGETALL` and `PTTL`
+    /// of the hashes small enough to be locks (a user's million-field hash
+    /// matching the pattern is never read whole). Keeps only hashes whose
+    /// fields are owner ids with positive hold counts, so other hashes and
+    /// the locks' helper keys (`redisson_lock_token:…`, …) are skipped. Runs
+    /// on the client's inspection lane: its own connection, so a slow scan
+    /// never holds up lock commands or renewals. Locks released during the
     /// scan are left out; like `SCAN`, a lock created during the scan may or
     /// may not be listed.
     ///
@@ -255,7 +263,7 @@ impl LockClient {
                     .arg("TYPE")
                     .arg("hash");
                 let reply = match &target {
-                    None => core.run_cmd(&scan).await?,
+                    None => core.run_cmd_on(Lane::Inspect, &scan).await?,
                     Some((host, port)) => run_on_node(core, &scan, host, *port).await?,
                 };
                 let (next, keys): (u64, Vec<String>) = redis::from_redis_value(reply)
@@ -285,7 +293,7 @@ impl LockClient {
 async fn cluster_primaries(core: &Core) -> Result<Vec<(String, u16)>> {
     let mut cmd = redis::cmd("CLUSTER");
     cmd.arg("NODES");
-    let reply = core.run_cmd(&cmd).await?;
+    let reply = core.run_cmd_on(Lane::Inspect, &cmd).await?;
     let text: String = redis::from_redis_value(reply)
         .map_err(|e| Error::Protocol(format!("CLUSTER NODES answered {e}")))?;
     let mut primaries = Vec::new();
@@ -317,9 +325,7 @@ async fn cluster_primaries(core: &Core) -> Result<Vec<(String, u16)>> {
 /// Runs `cmd` on the cluster node at `host:port`.
 async fn run_on_node(core: &Core, cmd: &redis::Cmd, host: &str, port: u16) -> Result<Value> {
     use redis::cluster_routing::{RoutingInfo, SingleNodeRoutingInfo};
-    let limit = core.config.connect_timeout + core.config.command_timeout;
-    let fut = async {
-        let mut conn = core.pool.checkout().await?;
+    core.on_lane(Lane::Inspect, core.command_bound(), |mut conn| async move {
         let Some(cluster) = conn.cluster() else {
             return Err(Error::Protocol("not a cluster connection".into()));
         };
@@ -328,10 +334,8 @@ async fn run_on_node(core: &Core, cmd: &redis::Cmd, host: &str, port: u16) -> Re
             port,
         });
         Ok(cluster.route_command(cmd.clone(), route).await?)
-    };
-    tokio::time::timeout(limit, fut)
-        .await
-        .map_err(|_| Error::CommandTimeout)?
+    })
+    .await
 }
 
 /// Reads the locks at `keys`: one pipeline, or on a cluster one per hash
@@ -354,12 +358,37 @@ async fn read_keys(core: &Core, prefix: &str, keys: &[String]) -> Result<Vec<Loc
     Ok(out)
 }
 
-/// Reads `HGETALL` and `PTTL` of every key in one pipeline; keeps the locks.
+/// Reads `HGETALL` and `PTTL` of every key that may be a lock, in one
+/// pipeline; keeps the locks. A first pipeline of `HLEN` leaves out hashes
+/// with more fields than a lock can have ([`MAX_LOCK_FIELDS`]): a user's
+/// big hash matching the pattern is never read whole.
 async fn read_batch(core: &Core, prefix: &str, keys: &[String]) -> Result<Vec<LockStatus>> {
+    let mut sizes = redis::pipe();
+    sizes.ignore_errors();
+    for key in keys {
+        sizes.cmd("HLEN").arg(key);
+    }
+    let sizes = run_pipeline(core, &sizes).await?;
+    if sizes.len() != keys.len() {
+        return Err(Error::Protocol(format!(
+            "a batch of {} HLEN answered {} replies",
+            keys.len(),
+            sizes.len()
+        )));
+    }
+    let keys: Vec<&String> = keys
+        .iter()
+        .zip(sizes)
+        .filter(|(_, size)| matches!(size, Value::Int(n) if (1..=MAX_LOCK_FIELDS).contains(n)))
+        .map(|(key, _)| key)
+        .collect();
+    if keys.is_empty() {
+        return Ok(Vec::new());
+    }
     let mut pipe = redis::pipe();
     pipe.ignore_errors();
-    for key in keys {
-        pipe.cmd("HGETALL").arg(key).cmd("PTTL").arg(key);
+    for key in &keys {
+        pipe.cmd("HGETALL").arg(*key).cmd("PTTL").arg(*key);
     }
     let replies = run_pipeline(core, &pipe).await?;
     if replies.len() != keys.len() * 2 {

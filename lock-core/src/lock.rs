@@ -84,19 +84,32 @@ impl AcquireOptions {
     }
 
     /// Give up with [`Error::WaitTimeout`] when the lock is not acquired
-    /// within `wait` (must be greater than zero).
+    /// within `wait`. Zero means one attempt, as [`no_wait`](Self::no_wait)
+    /// (Redisson's `tryLock(0, …)`).
+    ///
+    /// The bound holds whatever Redis does: no Redis call of the
+    /// acquisition runs past it (a connection attempt included) and no
+    /// retry starts after it. When Redis did not answer in time, the error
+    /// is that failure (`Error::CommandTimeout`, `Error::Redis`) rather than
+    /// [`Error::WaitTimeout`].
     ///
     /// ```
     /// let opts = lock_core::AcquireOptions::new().wait(std::time::Duration::from_millis(500));
     /// # let _ = opts;
     /// ```
     pub fn wait(mut self, wait: Duration) -> Self {
-        self.wait = Wait::Bounded(wait);
+        self.wait = if wait.is_zero() {
+            Wait::Never
+        } else {
+            Wait::Bounded(wait)
+        };
         self
     }
 
     /// Make one attempt only; when the lock is held by another owner, fail
-    /// with [`Error::WaitTimeout`] (see also [`Lock::try_acquire`]).
+    /// with [`Error::WaitTimeout`] (see also [`Lock::try_acquire`]). The
+    /// attempt takes at most the client's `connect_timeout +
+    /// command_timeout`, retry included.
     ///
     /// ```
     /// let opts = lock_core::AcquireOptions::new().no_wait();
@@ -177,13 +190,6 @@ impl AcquireOptions {
         if let Replicas::Wait(ack) = &self.replicas {
             ack.validate()?;
         }
-        if let Wait::Bounded(w) = self.wait {
-            if w.is_zero() {
-                return Err(Error::InvalidArgument(
-                    "wait must be greater than zero (use try_acquire for a single attempt)".into(),
-                ));
-            }
-        }
         if let Some(lease) = self.lease {
             if lease < Duration::from_millis(1) {
                 return Err(Error::InvalidArgument("lease must be at least 1ms".into()));
@@ -217,6 +223,30 @@ enum Attempt {
 struct Call {
     started: Instant,
     span: tracing::Span,
+    /// The caller's bound: no Redis call of this acquisition runs past it,
+    /// and no retry starts after it. `started + wait` for a bounded wait,
+    /// `started + connect_timeout + command_timeout` for a single attempt,
+    /// none for an unbounded wait (see `Lock::rides_out`).
+    until: Option<Instant>,
+}
+
+impl Call {
+    /// How long the next Redis call may take: the usual bound, or what is
+    /// left of the caller's (also of `outage_end`, the end of an outage
+    /// ridden out); `None` when nothing is left (no call may start).
+    fn limit(&self, core: &Core, outage_end: Option<Instant>) -> Option<Duration> {
+        limit_until(core.command_bound(), [self.until, outage_end])
+    }
+}
+
+/// `bound`, or less when one of `ends` comes sooner; `None` when one of
+/// them has passed.
+fn limit_until(bound: Duration, ends: [Option<Instant>; 2]) -> Option<Duration> {
+    let now = Instant::now();
+    let limit = ends.into_iter().flatten().fold(bound, |limit, end| {
+        limit.min(end.saturating_duration_since(now))
+    });
+    (!limit.is_zero()).then_some(limit)
 }
 
 /// How an acquisition that did not fail ended.
@@ -429,13 +459,20 @@ impl Lock {
     /// The one way in of every acquire call: its span, its outcome event
     /// and its metrics.
     async fn acquire_inner(&self, options: AcquireOptions) -> Result<Option<LockGuard>> {
+        let started = Instant::now();
+        let core = &self.client.inner.core;
         let call = Call {
-            started: Instant::now(),
+            started,
             span: tracing::debug_span!(
                 "lock.acquire",
                 lock = %self.keys.name,
                 key = %self.keys.lock
             ),
+            until: match options.wait {
+                Wait::Bounded(w) => Some(started + w),
+                Wait::Never => Some(started + core.command_bound()),
+                Wait::Forever => None,
+            },
         };
         let span = call.span.clone();
         async move {
@@ -583,7 +620,10 @@ impl Lock {
         };
         if options.wait == Wait::Never {
             // Always asked of Redis: a local holding may be mid-release.
-            return match self.attempt(call, context, options.lease, None).await? {
+            return match self
+                .attempt(call, context, options.lease, None, None)
+                .await?
+            {
                 Attempt::Acquired(guard) => Ok(Got::Fresh {
                     guard,
                     via: Via::Redis,
@@ -599,11 +639,15 @@ impl Lock {
             waiter,
         };
         let closed = &self.client.inner.core.closed;
-        tokio::select! {
+        let out = tokio::select! {
             out = self.wait_in_line(call, &ticket, context, options, deadline) => out,
             // Shut down: the wait ends (cancel-safe, like a dropped acquire).
             _ = closed.cancelled() => Err(Error::Closed),
+        };
+        if matches!(out, Ok(Got::TimedOut)) {
+            ticket.give_up().await;
         }
+        out
     }
 
     /// Waits for the ticket's turn: a hand-off from a local holder, or, at
@@ -718,8 +762,11 @@ impl Lock {
                 Turn::Contend {
                     subscription: shared,
                 } => {
+                    let sent_at = Instant::now();
+                    let outage_end =
+                        outage.map(|began| began + self.client.inner.core.command_bound());
                     let attempt = match self
-                        .attempt(call, context, options.lease, Some(waiter.id))
+                        .attempt(call, context, options.lease, Some(waiter.id), outage_end)
                         .await
                     {
                         Ok(attempt) => {
@@ -727,7 +774,7 @@ impl Lock {
                             outage_error = None;
                             attempt
                         }
-                        Err(e) if self.rides_out(&e, &mut outage, deadline) => {
+                        Err(e) if self.rides_out(&e, &mut outage, sent_at, deadline) => {
                             tracing::debug!(error = %e, "lock acquire failed during an outage; retrying");
                             outage_error = Some(e);
                             let pause = Duration::from_millis(20)
@@ -821,37 +868,53 @@ impl Lock {
 
     /// Whether a waiting acquisition keeps waiting through `err`: a
     /// connection failure of a client that has reached Redis before (a
-    /// restart, a failover), for at most the connect time-out since the
-    /// outage began and never past the caller's deadline. A client that
-    /// never reached Redis (wrong address, password, database) fails at once.
+    /// restart, a failover). The outage begins when the first failed
+    /// attempt was sent (`sent_at`); it is ridden out for at most
+    /// `connect_timeout + command_timeout` from then (attempts meanwhile
+    /// are bounded by what is left of it, see `Call::limit`), and never
+    /// past the caller's deadline. So an unbounded wait whose Redis stops
+    /// answering ends with the error at most that long after its first
+    /// attempt that found Redis gone. A client that never reached Redis
+    /// (wrong address, password, database) fails at once.
     fn rides_out(
         &self,
         err: &Error,
         outage: &mut Option<Instant>,
+        sent_at: Instant,
         deadline: Option<Instant>,
     ) -> bool {
         let core = &self.client.inner.core;
         if !err.is_transient() || !core.has_reached_redis() {
             return false;
         }
-        let began = *outage.get_or_insert_with(Instant::now);
+        let began = *outage.get_or_insert(sent_at);
         let now = Instant::now();
-        now < began + core.config.connect_timeout && deadline.is_none_or(|d| now < d)
+        now < began + core.command_bound() && deadline.is_none_or(|d| now < d)
     }
 
     /// Runs the acquire script once for a new hold. The call runs to its
     /// end even when the caller stops waiting (see `run_to_end.rs`): a
     /// grant that arrives after the caller gave up is dropped there, and
     /// dropping a guard releases it, so nothing stays locked until expiry.
+    ///
+    /// Bounded by the caller's bound and `outage_end` (see `Call::limit`):
+    /// fails with `Error::CommandTimeout` when nothing is left of them, and
+    /// makes its one retry only while something is.
     async fn attempt(
         &self,
         call: &Call,
         context: Option<u64>,
         lease: Option<Duration>,
         waiter_id: Option<u64>,
+        outage_end: Option<Instant>,
     ) -> Result<Attempt> {
         let lock = self.clone();
         let core = &self.client.inner.core;
+        let Some(limit) = call.limit(core, outage_end) else {
+            return Err(Error::CommandTimeout);
+        };
+        let (bound, until) = (core.command_bound(), call.until);
+        let retry_limit = move || limit_until(bound, [until, outage_end]);
         // Counted as running until the call ends, even when the caller
         // stopped waiting for it (shutdown waits for it, then gives back
         // what it was granted).
@@ -859,14 +922,17 @@ impl Lock {
         RunToEnd::new(
             async move {
                 let _running = running;
-                match lock.attempt_now(context, lease, waiter_id, true).await {
+                match lock.attempt_now(context, lease, waiter_id, true, limit).await {
                     // A connection the server had closed: the attempt was
                     // cancelled (undone or refused), so one more attempt, under
                     // a new owner id, on a fresh connection is safe.
-                    Err(e) if e.is_stale_connection() => {
-                        tracing::debug!(error = %e, "lock acquire met a closed connection; retrying once");
-                        lock.attempt_now(context, lease, waiter_id, false).await
-                    }
+                    Err(e) if e.is_stale_connection() => match retry_limit() {
+                        Some(limit) => {
+                            tracing::debug!(error = %e, "lock acquire met a closed connection; retrying once");
+                            lock.attempt_now(context, lease, waiter_id, false, limit).await
+                        }
+                        None => Err(e),
+                    },
                     other => other,
                 }
             }
@@ -887,6 +953,7 @@ impl Lock {
         lease: Option<Duration>,
         waiter_id: Option<u64>,
         first_try: bool,
+        limit: Duration,
     ) -> Result<Attempt> {
         let core = &self.client.inner.core;
         let lease_time = lease.unwrap_or(core.config.watchdog_timeout);
@@ -901,7 +968,10 @@ impl Lock {
             None => "0",
         };
         let cmd = self.acquire_cmd(&latch, &owner, CancelMode::New, lease_ms, line);
-        let reply = match core.run_script(&core.scripts.acquire, &cmd).await {
+        let reply = match core
+            .run_script_within(&core.scripts.acquire, &cmd, limit)
+            .await
+        {
             Ok(reply) => {
                 core.record_round_trip(sent_at.elapsed());
                 reply
@@ -1011,15 +1081,24 @@ impl Lock {
         let lock = self.clone();
         let hold = hold.clone();
         let core = &self.client.inner.core;
+        let (bound, until) = (core.command_bound(), call.until);
         RunToEnd::new(
-            async move { lock.reenter_now(hold, lease).await }.instrument(call.span.clone()),
+            async move { lock.reenter_now(hold, lease, bound, until).await }
+                .instrument(call.span.clone()),
             &core.background,
             &core.runtime,
         )
         .await
     }
 
-    async fn reenter_now(&self, hold: Arc<Hold>, lease: Option<Duration>) -> Result<Reentry> {
+    /// Each request within `bound` and the caller's bound `until`.
+    async fn reenter_now(
+        &self,
+        hold: Arc<Hold>,
+        lease: Option<Duration>,
+        bound: Duration,
+        until: Option<Instant>,
+    ) -> Result<Reentry> {
         // One change of the hold's count at a time, the new count counted
         // before it is sent: a release running after this one knows it is
         // not the last (see `Hold::change`).
@@ -1027,15 +1106,21 @@ impl Lock {
         if hold.counts() == 0 || hold.has_ended() {
             return Ok(Reentry::Gone);
         }
+        let Some(limit) = limit_until(bound, [until, None]) else {
+            return Err(Error::CommandTimeout);
+        };
         hold.add_count();
-        let outcome = match self.reenter_once(&hold, lease, true).await {
+        let outcome = match self.reenter_once(&hold, lease, true, limit).await {
             // A connection the server had closed: the attempt was cancelled
             // (undone or refused), so one more, under a new request id, on a
             // fresh connection is safe (as for fresh acquisitions).
-            Err(e) if e.is_stale_connection() => {
-                tracing::debug!(error = %e, "lock re-entry met a closed connection; retrying once");
-                self.reenter_once(&hold, lease, false).await
-            }
+            Err(e) if e.is_stale_connection() => match limit_until(bound, [until, None]) {
+                Some(limit) => {
+                    tracing::debug!(error = %e, "lock re-entry met a closed connection; retrying once");
+                    self.reenter_once(&hold, lease, false, limit).await
+                }
+                None => Err(e),
+            },
             other => other,
         };
         if !matches!(outcome, Ok(Reentry::Entered(_))) {
@@ -1052,6 +1137,7 @@ impl Lock {
         hold: &Arc<Hold>,
         lease: Option<Duration>,
         first_try: bool,
+        limit: Duration,
     ) -> Result<Reentry> {
         let core = &self.client.inner.core;
         let lease_time = lease.unwrap_or(core.config.watchdog_timeout);
@@ -1066,7 +1152,10 @@ impl Lock {
             latch,
             lease_ms,
         };
-        let reply = match core.run_script(&core.scripts.acquire, &cmd).await {
+        let reply = match core
+            .run_script_within(&core.scripts.acquire, &cmd, limit)
+            .await
+        {
             Ok(reply) => reply,
             Err(e) => {
                 if first_try && e.is_stale_connection() {
@@ -1283,18 +1372,43 @@ struct Ticket {
     waiter: Arc<Waiter>,
 }
 
-impl Drop for Ticket {
-    fn drop(&mut self) {
+/// How long a waiter that gave up waits for its client to leave the
+/// waiting set in Redis (one `ZREM`) before returning; the rest finishes in
+/// the background.
+const LEAVE_LINE_MARGIN: Duration = Duration::from_millis(50);
+
+impl Ticket {
+    /// The waiter gave up (its wait bound passed): it leaves the local line
+    /// now and, when it was this client's last waiter, the waiting set in
+    /// Redis before the caller hears "timed out" (at most
+    /// [`LEAVE_LINE_MARGIN`]), so that the turn goes to the next client at
+    /// once, also when the process exits right after (`lockctl run
+    /// --wait`).
+    async fn give_up(&self) {
+        if !self.leave() {
+            return;
+        }
+        let core = self.lock.client.inner.core.clone();
+        let keys = self.lock.keys.clone();
+        let (tracker, runtime) = (core.background.clone(), core.runtime.clone());
+        let zrem = RunToEnd::new(
+            tracker.track_future(async move {
+                if let Err(e) = core.stop_waiting(&keys).await {
+                    tracing::warn!(lock = %keys.name, key = %keys.lock, error = %e, "leaving the line of clients waiting for a lock failed; the place lapses when its turn passes unused");
+                }
+            }),
+            &tracker,
+            &runtime,
+        );
+        let _ = tokio::time::timeout(LEAVE_LINE_MARGIN, zrem).await;
+    }
+
+    /// Leaves the local line (releasing a hand-off that came too late);
+    /// true when this was the client's last waiter, which must leave the
+    /// waiting set in Redis.
+    fn leave(&self) -> bool {
         let core = &self.lock.client.inner.core;
         let (grant, gave_up_last) = core.queues.leave(&self.lock.keys.lock, self.waiter.id);
-        if gave_up_last {
-            // Nobody of this client waits any more: leave the waiting set.
-            self.lock
-                .client
-                .release_in_background(ReleaseJob::StopWaiting {
-                    keys: self.lock.keys.clone(),
-                });
-        }
         if let Some(hold) = grant {
             tracing::debug!(
                 lock = %self.lock.keys.name,
@@ -1306,6 +1420,20 @@ impl Drop for Ticket {
                 hold,
                 lease_ms: lease_ms(self.waiter.lease, core.config.watchdog_timeout),
             });
+        }
+        gave_up_last
+    }
+}
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        if self.leave() {
+            // Nobody of this client waits any more: leave the waiting set.
+            self.lock
+                .client
+                .release_in_background(ReleaseJob::StopWaiting {
+                    keys: self.lock.keys.clone(),
+                });
         }
     }
 }

@@ -105,18 +105,39 @@ pub(crate) enum Confirmed {
 }
 
 impl Core {
-    /// Confirms the hold of `owner` on an exclusive connection and waits
-    /// for `ack.replicas` replicas to acknowledge it (at most `ack.timeout`).
-    pub(crate) async fn confirm_on_replicas(
+    /// Confirms the hold of `owner` on a connection of the wait lane (its
+    /// own for this `WAIT`: never waits for another) and waits for
+    /// `ack.replicas` replicas to acknowledge it (at most `ack.timeout`).
+    ///
+    /// Boxed (see `Core::run_script_within`): it runs inside every acquire.
+    pub(crate) fn confirm_on_replicas<'a>(
+        &'a self,
+        keys: &'a LockKeys,
+        owner: &'a str,
+        ack: ReplicaAck,
+    ) -> crate::client::BoxFuture<'a, Result<Confirmed>> {
+        Box::pin(self.confirm_now(keys, owner, ack))
+    }
+
+    async fn confirm_now(
         &self,
         keys: &LockKeys,
         owner: &str,
         ack: ReplicaAck,
     ) -> Result<Confirmed> {
+        let limit = self.config.connect_timeout + 2 * self.config.command_timeout + ack.timeout;
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut lent = match tokio::time::timeout_at(deadline, self.pool.wait_lane()).await {
+            Ok(lent) => lent?,
+            Err(_) => return Err(Error::CommandTimeout),
+        };
+        let Some(conn) = lent.conn() else {
+            return Err(Error::Protocol("the wait lane lent no connection".into()));
+        };
+        let suspect = conn.suspect();
         let confirm = async {
-            let mut conn = self.pool.exclusive().await?;
             let cmd = self.scripts.confirm.evalsha(&[keys.lock.as_str()], owner);
-            match self.scripts.confirm.run(&mut conn, &cmd).await? {
+            match self.scripts.confirm.run(conn, &cmd).await? {
                 Value::Int(1) => {}
                 Value::Int(0) => return Ok(Confirmed::Gone),
                 other => return Err(protocol("confirm", &other)),
@@ -132,11 +153,17 @@ impl Core {
                 other => Err(protocol("WAIT", &other)),
             }
         };
-        let limit = self.config.connect_timeout + 2 * self.config.command_timeout + ack.timeout;
-        match tokio::time::timeout(limit, confirm).await {
+        let result = match tokio::time::timeout_at(deadline, confirm).await {
             Ok(result) => result,
-            Err(_) => Err(Error::CommandTimeout),
+            Err(_) => {
+                suspect.mark();
+                Err(Error::CommandTimeout)
+            }
+        };
+        if result.is_ok() {
+            lent.finished();
         }
+        result
     }
 }
 

@@ -35,6 +35,7 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::Core;
+use crate::connection::Lane;
 use crate::error::Error;
 use crate::hold::Hold;
 use crate::metrics::RenewalFailure;
@@ -539,12 +540,7 @@ async fn run(
                         .saturating_sub(spent)
                         .min(period)
                         .max(Duration::from_millis(1));
-                async move {
-                    match tokio::time::timeout_at(deadline, renew_batch(core_ref, batch)).await {
-                        Ok(result) => result,
-                        Err(_) => Err(Error::CommandTimeout),
-                    }
-                }
+                renew_batch(core_ref, batch, deadline)
             })
             .collect();
         // On a cluster a pass is one call per hash slot, thousands of
@@ -658,12 +654,26 @@ fn log_failed_batch(s: &Schedule, batch: &Batch, err: &Error) {
 /// Per entry: Some(true) renewed, Some(false) gone, None unknown (retry
 /// later).
 ///
+/// Runs on the renewal lane (its own connection: lock commands and
+/// inspection never hold renewals up), until `deadline`; a batch given up
+/// at its deadline marks the connection suspect, so the retry opens a new
+/// one (a stalled connection is replaced within the period, whatever the
+/// command time-out).
+///
 /// On a Redis Cluster every key of a batch is in one hash slot (see
 /// `next_batches`): the call goes to the slot's primary.
-async fn renew_batch(core: &Core, batch: &Batch) -> Result<Vec<Option<bool>>, Error> {
+async fn renew_batch(
+    core: &Core,
+    batch: &Batch,
+    deadline: Instant,
+) -> Result<Vec<Option<bool>>, Error> {
     let script = &core.scripts.renew;
-    let mut conn = core.pool.checkout().await.map_err(Error::from)?;
-    let reply = script.run(&mut conn, &batch.cmd).await?;
+    let limit = deadline.saturating_duration_since(Instant::now());
+    let reply = core
+        .on_lane(Lane::Renewals, limit, |mut conn| async move {
+            Ok(script.run(&mut conn, &batch.cmd).await?)
+        })
+        .await?;
     let answers: &[u8] = match &reply {
         Value::BulkString(bytes) => bytes,
         Value::SimpleString(s) => s.as_bytes(),
