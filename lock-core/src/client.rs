@@ -61,6 +61,11 @@ pub(crate) struct Core {
     publish_denial_reported: std::sync::atomic::AtomicBool,
     /// Redis answered at least once (see `has_reached_redis`).
     reached_redis: std::sync::atomic::AtomicBool,
+    /// Since when Redis has not answered (the start of the first failed
+    /// call since the last answer), see `outage_began`.
+    outage: std::sync::Mutex<Option<tokio::time::Instant>>,
+    /// Set while `outage` is: answers clear it without taking the lock.
+    in_outage: std::sync::atomic::AtomicBool,
     /// Cancelled by `LockClient::shutdown`: no new locks; waiting
     /// acquisitions end with `Error::Closed`.
     pub(crate) closed: CancellationToken,
@@ -134,7 +139,8 @@ impl Core {
         F: FnOnce(Conn) -> Fut,
         Fut: std::future::Future<Output = Result<T>>,
     {
-        let deadline = tokio::time::Instant::now() + limit;
+        let started = tokio::time::Instant::now();
+        let deadline = started + limit;
         let result = match tokio::time::timeout_at(deadline, self.pool.checkout(lane)).await {
             Err(_) => Err(Error::CommandTimeout),
             Ok(Err(e)) => Err(Error::Redis(e)),
@@ -149,10 +155,39 @@ impl Core {
                 }
             }
         };
-        if result.is_ok() && !self.reached_redis.load(Ordering::Relaxed) {
-            self.reached_redis.store(true, Ordering::Relaxed);
+        match &result {
+            Ok(_) => {
+                if !self.reached_redis.load(Ordering::Relaxed) {
+                    self.reached_redis.store(true, Ordering::Relaxed);
+                }
+                if self.in_outage.load(Ordering::Relaxed) {
+                    *self.lock_outage() = None;
+                    self.in_outage.store(false, Ordering::Relaxed);
+                }
+            }
+            Err(e) if e.is_transient() => {
+                self.lock_outage().get_or_insert(started);
+                self.in_outage.store(true, Ordering::Relaxed);
+            }
+            Err(_) => {}
         }
         result
+    }
+
+    /// When Redis stopped answering this client (the start of the first
+    /// call that failed at the connection level since the last answer, on
+    /// any lane), or `None` while it answers. Every waiter rides out the
+    /// same outage (see `Lock::rides_out`), so waiters queued behind one
+    /// another do not each start a new one.
+    pub(crate) fn outage_began(&self) -> Option<tokio::time::Instant> {
+        if !self.in_outage.load(Ordering::Relaxed) {
+            return None;
+        }
+        *self.lock_outage()
+    }
+
+    fn lock_outage(&self) -> std::sync::MutexGuard<'_, Option<tokio::time::Instant>> {
+        self.outage.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The command the scripts publish unlock messages with: `publish`,
@@ -926,6 +961,8 @@ impl LockClient {
             error_hook,
             publish_denial_reported: std::sync::atomic::AtomicBool::new(false),
             reached_redis: std::sync::atomic::AtomicBool::new(false),
+            outage: std::sync::Mutex::new(None),
+            in_outage: std::sync::atomic::AtomicBool::new(false),
             closed: CancellationToken::new(),
             acquiring: AtomicUsize::new(0),
             background: TaskTracker::new(),

@@ -868,8 +868,10 @@ impl Lock {
 
     /// Whether a waiting acquisition keeps waiting through `err`: a
     /// connection failure of a client that has reached Redis before (a
-    /// restart, a failover). The outage begins when the first failed
-    /// attempt was sent (`sent_at`); it is ridden out for at most
+    /// restart, a failover). The outage begins when the first failed call
+    /// of the client was sent (this attempt's `sent_at` at the latest: a
+    /// waiter queued behind another rides out the same outage, not a new
+    /// one); it is ridden out for at most
     /// `connect_timeout + command_timeout` from then (attempts meanwhile
     /// are bounded by what is left of it, see `Call::limit`), and never
     /// past the caller's deadline. So an unbounded wait whose Redis stops
@@ -887,7 +889,7 @@ impl Lock {
         if !err.is_transient() || !core.has_reached_redis() {
             return false;
         }
-        let began = *outage.get_or_insert(sent_at);
+        let began = *outage.get_or_insert(core.outage_began().unwrap_or(sent_at).min(sent_at));
         let now = Instant::now();
         now < began + core.command_bound() && deadline.is_none_or(|d| now < d)
     }
