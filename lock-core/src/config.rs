@@ -68,13 +68,14 @@ pub struct ClientConfig {
     /// of which gives the client the cluster's slot map; redirections and
     /// topology changes are followed.
     pub url: String,
-    /// How many connections the client's commands share. Each is a
-    /// multiplexed connection: it carries the commands of many tasks at
-    /// once, and Redis answers them in batches. Default 1, the fastest shape
-    /// in lock-bench (BENCHMARKS.md); the client's pub/sub connection comes
-    /// on top. Replies on one connection come back in order, so a slow
-    /// reply (a stalled network path) holds up the replies behind it; more
-    /// connections spread commands round-robin and limit that to their
+    /// How many connections the client's lock commands share (the lock
+    /// lane). Each is a multiplexed connection: it carries the commands of
+    /// many tasks at once, and Redis answers them in batches. Default 1, the
+    /// fastest shape in lock-bench (BENCHMARKS.md). Renewals, inspection,
+    /// `WAIT` and pub/sub have connections of their own on top (see the
+    /// README's "Connections and wait bounds"). Replies on one connection
+    /// come back in order, so a slow reply holds up the replies behind it;
+    /// more connections spread commands round-robin and limit that to their
     /// share (a shutdown always sends its releases on a new connection).
     pub pool_size: u32,
     /// Lease of locks taken without an explicit lease; the watchdog renews

@@ -25,6 +25,9 @@ const HELPER_PREFIXES: [&str; 3] = [
 /// and is not read.
 const MAX_LOCK_FIELDS: i64 = 64;
 
+/// `HLEN` was refused (ACL) and the warning about it given.
+static HLEN_DENIED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
 /// How many keys one `SCAN` call is asked to look at.
 const SCAN_COUNT: usize = 500;
 
@@ -379,7 +382,18 @@ async fn read_batch(core: &Core, prefix: &str, keys: &[String]) -> Result<Vec<Lo
     let keys: Vec<&String> = keys
         .iter()
         .zip(sizes)
-        .filter(|(_, size)| matches!(size, Value::Int(n) if (1..=MAX_LOCK_FIELDS).contains(n)))
+        .filter(|(_, size)| match size {
+            Value::Int(n) => (1..=MAX_LOCK_FIELDS).contains(n),
+            // A user whose ACL predates `+hlen` (README, "Restricted Redis
+            // users"): read it unchecked, as before, and say so once.
+            Value::ServerError(e) if e.code() == "NOPERM" => {
+                if !HLEN_DENIED.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    tracing::warn!("HLEN refused (ACL): scan_locks reads every matching hash whole; add +hlen to the user's ACL (see the README)");
+                }
+                true
+            }
+            _ => false,
+        })
         .map(|(key, _)| key)
         .collect();
     if keys.is_empty() {

@@ -390,7 +390,8 @@ impl Lock {
     }
 
     /// Acquires the lock, waiting at most `wait`; fails with
-    /// [`Error::WaitTimeout`] after that.
+    /// [`Error::WaitTimeout`] after that. A zero `wait` is one attempt. The
+    /// bound holds whatever Redis does (see [`AcquireOptions::wait`]).
     ///
     /// ```no_run
     /// # async fn demo(lock: lock_core::Lock) -> lock_core::Result<()> {
@@ -419,6 +420,8 @@ impl Lock {
     }
 
     /// One attempt, no waiting: `Ok(None)` when another owner holds the lock.
+    /// Returns within the client's `connect_timeout + command_timeout`,
+    /// whatever Redis does.
     ///
     /// ```no_run
     /// # async fn demo(lock: lock_core::Lock) -> lock_core::Result<()> {

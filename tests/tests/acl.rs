@@ -37,6 +37,7 @@ const COMMANDS: &[&str] = &[
     "+exists",
     "+hget",
     "+hgetall",
+    "+hlen",
     "+pttl",
     "+type",
     "+scan",
@@ -99,6 +100,7 @@ fn server() -> RedisServer {
         .args(["--user", "admin", "on", ">adminpw", "~*", "&*", "+@all"])
         .args(user_args("locker", KEYS))
         .args(user_args_with("locker_db", KEYS, &["+select"]))
+        .args(user_args_with("locker_nohlen", KEYS, &["-hlen"]))
         .args(user_args("nolatch", &without_latch))
         .args(user_args("nolock", &without_lock))
         .client_auth("admin", "adminpw")
@@ -261,4 +263,21 @@ async fn a_database_in_the_url_needs_select_too() {
         .expect_err("SELECT denied");
     eprintln!("without +select: {denied}");
     assert!(denied.to_string().contains("'select'"), "{denied}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scan_locks_still_lists_for_a_user_whose_acl_predates_hlen() {
+    let server = server();
+    let client = client_as(&server, "locker_nohlen");
+    let lock = client.lock("stock:7").expect("name");
+    let held = lock.acquire().await.expect("acquire");
+    let listed = client.scan_locks("*").await.expect("scan");
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].name, "stock:7");
+    held.release().await.expect("release");
+    let denials = acl_denials(&server);
+    assert!(
+        denials.iter().any(|(_, object)| object == "hlen"),
+        "HLEN was refused, and scan_locks read the hash without it: {denials:?}"
+    );
 }
