@@ -53,8 +53,9 @@ pub enum Error {
         name: String,
     },
 
-    /// A lock name that cannot be used (empty, too long). Rejected before any
-    /// Redis call.
+    /// A lock name that cannot be used (empty, too long, braces that make
+    /// no hash tag, another lock's helper key). Rejected before any Redis
+    /// call.
     #[error("invalid lock name: {reason}")]
     InvalidName {
         /// Why the name was rejected.
