@@ -71,13 +71,17 @@ fn main() -> ExitCode {
     }
 }
 
-/// An error and its sources, `outer: inner: ...`.
+/// An error and its sources, `outer: inner: ...`; a source whose text is
+/// already part of the message is not repeated.
 pub(crate) fn chain(e: &(dyn Error + 'static)) -> String {
     let mut s = e.to_string();
     let mut source = e.source();
     while let Some(inner) = source {
-        s.push_str(": ");
-        s.push_str(&inner.to_string());
+        let part = inner.to_string();
+        if !s.contains(&part) {
+            s.push_str(": ");
+            s.push_str(&part);
+        }
         source = inner.source();
     }
     s
@@ -336,4 +340,31 @@ fn child(opts: &ChildOptions) -> BenchResult<ExitCode> {
     w3::child(opts, &rt)?;
     rt.shutdown_timeout(Duration::from_secs(5));
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chain_says_each_cause_once() {
+        // redis-rs's error for an I/O failure has the I/O error as its
+        // source, with the same text
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let redis = redis::RedisError::from(io);
+        assert_eq!(chain(&redis), "refused");
+        #[derive(Debug)]
+        struct Outer(redis::RedisError);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("workload failed")
+            }
+        }
+        impl Error for Outer {
+            fn source(&self) -> Option<&(dyn Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        assert_eq!(chain(&Outer(redis)), "workload failed: refused");
+    }
 }

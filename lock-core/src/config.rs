@@ -53,7 +53,10 @@ pub(crate) type ErrorHook = Arc<dyn Fn(&Error) + Send + Sync>;
 #[non_exhaustive]
 pub struct ClientConfig {
     /// Redis URL: `redis://[user[:password]@]host[:port][/db]`, or `rediss://`
-    /// for TLS (needs the `tls` feature; see [`tls`](Self::tls)).
+    /// for TLS (needs the `tls` feature; see [`tls`](Self::tls)); redis-rs's
+    /// `valkey://`, `valkeys://` and a Unix socket's `redis+unix:///path`
+    /// (`unix://`, `valkey+unix://`) are taken too. A URL of another form
+    /// is refused with a message that lists them all.
     ///
     /// Through Sentinel: `redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/<service>[/db]`
     /// (`rediss+sentinel://` for TLS to sentinels and data nodes; sentinel
@@ -206,7 +209,11 @@ impl ClientConfig {
             return Err(Error::InvalidArgument(crate::tls::FEATURE_MISSING.into()));
         }
         let info = self.url.as_str().into_connection_info().map_err(|e| {
-            Error::InvalidArgument(format!("invalid redis url `{}`: {e}", redact(&self.url)))
+            Error::InvalidArgument(format!(
+                "invalid redis url `{}`: {}",
+                redact(&self.url),
+                crate::endpoint::unparsed_url(&self.url, &e)
+            ))
         })?;
         if let redis::ConnectionAddr::TcpTls { insecure: true, .. } = info.addr() {
             if !self.tls.danger_accept_invalid_certificates {
@@ -268,7 +275,11 @@ impl std::fmt::Debug for ClientConfig {
 /// database and other parameters stay.
 fn redact(url: &str) -> String {
     let Some(start) = url.find("://").map(|i| i + 3) else {
-        return url.to_string();
+        // Not a URL: whatever comes before an `@` may hold a password.
+        return match url.rfind('@') {
+            Some(i) => format!("***{}", &url[i..]),
+            None => url.to_string(),
+        };
     };
     let (scheme, rest) = url.split_at(start);
     // The userinfo ends at the last `@`: a password may hold any character
@@ -672,6 +683,52 @@ mod tests {
         }
     }
 
+    #[test]
+    fn a_url_that_does_not_parse_lists_the_accepted_forms() {
+        let forms = crate::endpoint::URL_FORMS;
+        for (url, why) in [
+            ("http://x", "unknown scheme `http`"),
+            ("redis:/x", "no `<scheme>://` at its start"),
+            ("foo", "no `<scheme>://` at its start"),
+            ("redis+clustr://h", "unknown scheme `redis+clustr`"),
+            ("redis://", "Missing hostname - InvalidClientConfig"),
+        ] {
+            let err = ClientConfig::new(url).validate().expect_err(url);
+            assert!(err.is_invalid_input(), "{url}: {err:?}");
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "invalid argument: invalid redis url `{url}`: it did not parse ({why}); \
+                     the accepted forms are {forms}"
+                )
+            );
+        }
+        // the list names every scheme, and every scheme it names is taken
+        for url in [
+            "redis://h",
+            "rediss://h",
+            "valkey://h",
+            "valkeys://h",
+            "redis+unix:///run/redis.sock",
+            "unix:///run/redis.sock",
+            "valkey+unix:///run/redis.sock",
+            "redis+sentinel://h/service",
+            "rediss+sentinel://h/service",
+            "redis+cluster://h",
+            "rediss+cluster://h",
+        ] {
+            let scheme = &url[..url.find("://").map_or(0, |i| i + 3)];
+            assert!(forms.contains(scheme), "{scheme} is not listed");
+            if let Err(e) = ClientConfig::new(url).validate() {
+                // only the `tls` feature may be missing
+                assert!(
+                    !cfg!(feature = "tls") && e.to_string().contains("`tls` feature"),
+                    "{url}: {e}"
+                );
+            }
+        }
+    }
+
     #[cfg(not(feature = "tls"))]
     #[test]
     fn rediss_without_the_feature_names_the_feature() {
@@ -725,6 +782,7 @@ mod tests {
             "redis://h/0?protocol=resp3&password=***"
         );
         assert_eq!(redact("not a url"), "not a url");
+        assert_eq!(redact("redis:/u:secret@h:1"), "***@h:1");
         let err = ClientConfig::new("redis://u:secret@h:notaport")
             .validate()
             .expect_err("bad port");

@@ -28,6 +28,45 @@ use crate::tls::TlsConfig;
 /// The port of a sentinel given without one.
 pub(crate) const DEFAULT_SENTINEL_PORT: u16 = 26379;
 
+/// Every form of URL the client takes, for the message of one that it
+/// does not (`ClientConfig::url` documents them).
+pub(crate) const URL_FORMS: &str = "redis://[user[:password]@]host[:port][/db], \
+     rediss://... (TLS), valkey://..., valkeys://... (TLS), \
+     redis+unix:///path/to/socket (or unix://, valkey+unix://), \
+     redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/service[/db], \
+     rediss+sentinel://... (TLS), \
+     redis+cluster://[user[:password]@]host[:port][,host[:port]...], \
+     rediss+cluster://... (TLS)";
+
+/// The schemes of one server's URL that redis-rs parses.
+const DIRECT_SCHEMES: [&str; 7] = [
+    "redis",
+    "rediss",
+    "valkey",
+    "valkeys",
+    "redis+unix",
+    "valkey+unix",
+    "unix",
+];
+
+/// Why a one-server URL did not parse, given redis-rs's error `err`: a
+/// missing or unknown scheme is named as such, anything else in
+/// redis-rs's words. Followed by [`URL_FORMS`].
+pub(crate) fn unparsed_url(url: &str, err: &RedisError) -> String {
+    let why = match url.trim().split_once("://") {
+        None => "no `<scheme>://` at its start".to_owned(),
+        Some((scheme, _))
+            if !DIRECT_SCHEMES
+                .iter()
+                .any(|known| scheme.eq_ignore_ascii_case(known)) =>
+        {
+            format!("unknown scheme `{scheme}`")
+        }
+        Some(_) => err.to_string(),
+    };
+    format!("it did not parse ({why}); the accepted forms are {URL_FORMS}")
+}
+
 /// Where connections go.
 #[derive(Debug)]
 pub(crate) enum Endpoint {
@@ -265,7 +304,69 @@ impl ClusterNodes {
         client
             .get_async_connection()
             .await
-            .map_err(crate::tls::explain)
+            .map_err(|e| cannot_connect_to(&self.seeds(), e))
+    }
+
+    /// The seed nodes, for messages: `the cluster at h1:p1, h2:p2`.
+    pub(crate) fn seeds(&self) -> String {
+        let seeds: Vec<String> = self
+            .url
+            .seeds
+            .iter()
+            .map(|(host, port)| addr_text(host, *port))
+            .collect();
+        format!("the cluster at {}", seeds.join(", "))
+    }
+}
+
+/// A failed connect to the node of `client`, made to say where it went:
+/// see [`cannot_connect_to`].
+pub(crate) fn cannot_connect(client: &redis::Client, err: RedisError) -> RedisError {
+    let addr = match client.get_connection_info().addr() {
+        ConnectionAddr::Tcp(host, port) | ConnectionAddr::TcpTls { host, port, .. } => {
+            addr_text(host, *port)
+        }
+        other => other.to_string(),
+    };
+    cannot_connect_to(&addr, err)
+}
+
+/// A failed connect, made to say where it went. An I/O failure (refused,
+/// timed out, unknown host, …) becomes `cannot connect to <what>: <cause>`,
+/// an I/O error of the same kind, so that `is_connection_refusal()`,
+/// `is_timeout()` and the retry rules read it as before; a TLS failure is
+/// explained ([`crate::tls::explain`]); other errors (a refused password, a
+/// server error) pass unchanged.
+pub(crate) fn cannot_connect_to(what: &str, err: RedisError) -> RedisError {
+    let err = crate::tls::explain(err);
+    if !err.is_io_error() {
+        return err;
+    }
+    // redis-rs's own I/O failures of a cluster are no `io::Error` inside
+    let kind = io_error(&err).map_or(std::io::ErrorKind::Other, std::io::Error::kind);
+    RedisError::from(std::io::Error::new(
+        kind,
+        format!("cannot connect to {what}: {err}"),
+    ))
+}
+
+/// The `io::Error` inside a redis-rs error, if there is one (redis-rs
+/// keeps it in an `Arc`, which is the error's source).
+fn io_error(err: &RedisError) -> Option<&std::io::Error> {
+    type Shared = Arc<dyn std::error::Error + Send + Sync>;
+    let source = std::error::Error::source(err)?;
+    match source.downcast_ref::<Shared>() {
+        Some(shared) => shared.downcast_ref(),
+        None => source.downcast_ref(),
+    }
+}
+
+/// `host:port`, or `[v6]:port`.
+fn addr_text(host: &str, port: u16) -> String {
+    if host.contains(':') {
+        format!("[{host}]:{port}")
+    } else {
+        format!("{host}:{port}")
     }
 }
 
@@ -811,6 +912,66 @@ mod tests {
         assert!(err.to_string().contains("needs a cluster url"), "{err}");
         config.url = "redis+cluster://127.0.0.1:7000".into();
         assert!(config.validate().is_ok());
+    }
+
+    /// A port on 127.0.0.1 that nothing listens on (just freed).
+    fn free_port() -> u16 {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").expect("bind");
+        listener.local_addr().expect("addr").port()
+    }
+
+    #[tokio::test]
+    async fn a_refused_connect_names_the_address() {
+        let port = free_port();
+        let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).expect("url");
+        let err = match client.get_multiplexed_async_connection().await {
+            Err(e) => cannot_connect(&client, e),
+            Ok(_) => panic!("something listens on {port}"),
+        };
+        // still a refused connect to redis-rs and to the retry rules
+        assert!(err.is_connection_refusal() && err.is_io_error(), "{err:?}");
+        let text = err.to_string();
+        let expected = format!("cannot connect to 127.0.0.1:{port}: ");
+        assert!(text.starts_with(&expected), "{text}");
+        #[cfg(target_os = "linux")]
+        assert_eq!(text, format!("{expected}Connection refused (os error 111)"));
+        let err = Error::from(err);
+        assert!(err.is_connection_refused() && err.is_transient(), "{err:?}");
+        assert!(!err.is_stale_connection(), "{err:?}");
+        assert_eq!(err.to_string(), format!("redis error: {text}"));
+    }
+
+    #[test]
+    fn connect_failures_keep_their_kind_and_others_pass_unchanged() {
+        let timed_out = RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::TimedOut,
+            "connection timed out",
+        ));
+        let err = cannot_connect_to("[::1]:7000", timed_out);
+        assert!(err.is_timeout(), "{err:?}");
+        assert_eq!(
+            err.to_string(),
+            "cannot connect to [::1]:7000: connection timed out"
+        );
+        // redis-rs's cluster says so without an `io::Error` inside
+        let cluster = RedisError::from((
+            ErrorKind::Io,
+            "Failed to create initial connections",
+            "Connection refused (os error 111)".to_owned(),
+        ));
+        let err = cannot_connect_to("the cluster at 127.0.0.1:7000", cluster);
+        assert!(err.is_io_error());
+        assert_eq!(
+            err.to_string(),
+            "cannot connect to the cluster at 127.0.0.1:7000: Failed to create initial \
+             connections - Io: Connection refused (os error 111)"
+        );
+        assert!(Error::from(err).is_connection_refused());
+        // the server answered: nothing to add
+        let denied = RedisError::from((ErrorKind::AuthenticationFailed, "WRONGPASS"));
+        let err = cannot_connect_to("127.0.0.1:1", denied);
+        assert_eq!(err.kind(), ErrorKind::AuthenticationFailed);
+        assert!(!err.to_string().contains("cannot connect"), "{err}");
     }
 
     #[test]

@@ -53,8 +53,9 @@ pub enum Error {
         name: String,
     },
 
-    /// A lock name that cannot be used (empty, too long). Rejected before any
-    /// Redis call.
+    /// A lock name that cannot be used (empty, too long, braces that make
+    /// no hash tag, another lock's helper key). Rejected before any Redis
+    /// call.
     #[error("invalid lock name: {reason}")]
     InvalidName {
         /// Why the name was rejected.
@@ -67,12 +68,31 @@ pub enum Error {
     InvalidArgument(String),
 
     /// Redis answered with an error, or the connection failed; the message
-    /// carries the cause (the server's text, or the I/O failure). See
+    /// carries the cause once (the server's text, or the I/O failure with
+    /// the address it concerns). See
     /// [`is_connection_refused`](Error::is_connection_refused),
     /// [`is_auth_failure`](Error::is_auth_failure),
     /// [`is_no_permission`](Error::is_no_permission).
+    ///
+    /// `source()` is `None` for this variant: the message already holds
+    /// the whole of the redis-rs error, whose own `source()` repeats its
+    /// text (a server error's source is the same server error), so a
+    /// printer walking the chain would print one cause two or three times.
+    /// Match the variant to reach the [`redis::RedisError`].
+    ///
+    /// ```
+    /// use std::error::Error as _;
+    ///
+    /// let err = lock_core::Error::from(redis::RedisError::from(std::io::Error::new(
+    ///     std::io::ErrorKind::ConnectionReset,
+    ///     "connection reset by peer",
+    /// )));
+    /// assert_eq!(err.to_string(), "redis error: connection reset by peer");
+    /// assert!(err.source().is_none());
+    /// assert!(matches!(err, lock_core::Error::Redis(e) if e.is_connection_dropped()));
+    /// ```
     #[error("redis error: {0}")]
-    Redis(#[source] redis::RedisError),
+    Redis(redis::RedisError),
 
     /// No pooled Redis connection became available within the connect
     /// timeout. Not produced since commands share their connections
@@ -388,19 +408,58 @@ mod tests {
         }
     }
 
+    /// `err`'s text and its sources', `" <- "`-separated, as a printer that
+    /// walks `source()` shows them.
+    fn walked(err: &dyn std::error::Error) -> String {
+        let mut text = err.to_string();
+        let mut next = err.source();
+        while let Some(e) = next {
+            text.push_str(" <- ");
+            text.push_str(&e.to_string());
+            next = e.source();
+        }
+        text
+    }
+
     #[test]
-    fn redis_error_is_the_source() {
-        use std::error::Error as _;
+    fn a_redis_error_is_said_once() {
         let err = Error::from(redis::RedisError::from((
             redis::ErrorKind::Io,
             "connection reset",
         )));
-        assert!(err.source().is_some());
         assert!(err.is_transient());
-        assert!(
-            err.to_string().starts_with("redis error: ")
-                && err.to_string().contains("connection reset"),
-            "{err}"
+        assert_eq!(walked(&err), "redis error: connection reset - Io");
+        // an I/O error: redis-rs's source is the I/O error again
+        let err = Error::from(redis::RedisError::from(std::io::Error::new(
+            std::io::ErrorKind::ConnectionRefused,
+            "Connection refused (os error 111)",
+        )));
+        assert_eq!(
+            walked(&err),
+            "redis error: Connection refused (os error 111)"
         );
+        assert!(err.is_connection_refused());
+    }
+
+    #[test]
+    fn a_server_error_is_said_once() {
+        // what redis-rs makes of `-NOPERM ...` (its own source repeats it)
+        let reply = redis::parse_redis_value(
+            b"-NOPERM this user has no permissions to access one of the keys used as arguments\r\n",
+        )
+        .and_then(redis::Value::extract_error);
+        let redis_err = match reply {
+            Err(e) => e,
+            Ok(v) => panic!("not an error: {v:?}"),
+        };
+        // redis-rs says it twice (its source is the same server error), and
+        // a source of ours on top made three
+        let inner = walked(&redis_err);
+        assert_eq!(inner.matches("no permissions").count(), 2, "{inner}");
+        let err = Error::from(redis_err);
+        assert!(err.is_no_permission());
+        let text = walked(&err);
+        assert_eq!(text.matches("no permissions").count(), 1, "{text}");
+        assert!(text.starts_with("redis error: NoPerm: this user"), "{text}");
     }
 }

@@ -20,12 +20,26 @@ const TURN_KIND: &str = "lockcore_turn";
 /// (`RedissonObject.prefixName`): `<kind>:{<key>}`, or `<kind>:<key>` when
 /// the key already holds a `{` (the user's own hash tag then decides the
 /// Cluster slot, and no second pair of braces is added).
+///
+/// Both forms share the key's Cluster slot only for the keys that
+/// [`validate_name`] lets through: a key with a hash tag (`<kind>:` adds
+/// no brace, so the tag stays the first one), or a key without braces.
 fn prefixed(kind: &str, key: &str) -> String {
     if key.contains('{') {
         format!("{kind}:{key}")
     } else {
         format!("{kind}:{{{key}}}")
     }
+}
+
+/// Redis Cluster's hash tag of `key`: what lies between its first `{` and
+/// the first `}` after it, when that is not empty. A key with a tag is
+/// hashed by its tag alone; any other key, braces and all, as a whole.
+fn hash_tag(key: &str) -> Option<&str> {
+    let open = key.find('{')?;
+    let rest = &key[open + 1..];
+    let close = rest.find('}')?;
+    (close > 0).then(|| &rest[..close])
 }
 
 /// Whether `key` could be a helper name of some lock: such a name can never
@@ -105,7 +119,19 @@ fn validate_name(prefix: &str, name: &str, max_len: usize) -> Result<()> {
             reason: "name contains a control character".into(),
         });
     }
-    if is_helper_name(&format!("{prefix}{name}")) {
+    let key = format!("{prefix}{name}");
+    if (key.contains('{') || key.contains('}')) && hash_tag(&key).is_none() {
+        return Err(Error::InvalidName {
+            reason: format!(
+                "the key `{key}` has a brace but no hash tag (a non-empty `{{...}}` closed by the \
+                 first `}}` after its first `{{`): its helper keys (redisson_lock__channel:..., \
+                 redisson_lock_token:...) would hash to another Redis Cluster slot than the \
+                 lock, so every acquire on a cluster would fail with CROSSSLOT; complete the \
+                 tag (`order:{{7}}`) or leave braces out"
+            ),
+        });
+    }
+    if is_helper_name(&key) {
         return Err(Error::InvalidName {
             reason: "name is reserved: keys starting with redisson_lock__channel:, \
                      redisson_lock_token:, redisson_unlock_latch:, lockcore_waiters: or \
@@ -143,6 +169,90 @@ mod tests {
         let k = LockKeys::new("app{eu}:", "x", 100)?;
         assert_eq!(k.channel, "redisson_lock__channel:app{eu}:x");
         Ok(())
+    }
+
+    /// Every key of the lock `name`, as Redis sees them.
+    fn all_keys(k: &LockKeys) -> [String; 6] {
+        [
+            k.lock.clone(),
+            k.channel.clone(),
+            k.token.clone(),
+            k.latch("0f3a9c"),
+            k.queue.clone(),
+            k.turn.clone(),
+        ]
+    }
+
+    #[test]
+    fn every_key_of_a_lock_shares_its_cluster_slot() -> Result<()> {
+        use redis::cluster_routing::Slot;
+        for (prefix, name) in [
+            ("", "stock:42"),
+            ("", "{a}"),
+            ("", "a{b}c"),
+            ("", "x}{y}"),
+            ("", "a{b}}c{"),
+            ("", "{a{b}"),
+            ("", "}{{a}"),
+            ("app:", "order:{7}"),
+            ("app{eu}:", "x"),
+            ("app{eu}:", "x}y"),
+            ("app{eu}:", "{}x"),
+        ] {
+            let k = LockKeys::new(prefix, name, 100)?;
+            let slot = Slot::for_key(&k.lock);
+            for key in all_keys(&k) {
+                assert_eq!(Slot::for_key(&key), slot, "{key} of {prefix}{name}");
+            }
+        }
+        Ok(())
+    }
+
+    #[test]
+    fn a_brace_without_a_hash_tag_is_refused() {
+        use redis::cluster_routing::Slot;
+        for (prefix, name) in [
+            ("", "a{b"),
+            ("", "order:{7"),
+            ("", "{}x"),
+            ("", "order:{}x"),
+            ("", "a{}b{c}"),
+            ("", "x}{y"),
+            ("", "x}y"),
+            ("", "}"),
+            ("app}:", "x"),
+            ("app:{", "}x"),
+        ] {
+            // Redisson's names for it would leave the lock's slot
+            let key = format!("{prefix}{name}");
+            let helper = if key.contains('{') {
+                format!("{TOKEN_KIND}:{key}")
+            } else {
+                format!("{TOKEN_KIND}:{{{key}}}")
+            };
+            assert_ne!(Slot::for_key(&helper), Slot::for_key(&key), "{key}");
+            let err = LockKeys::new(prefix, name, 100).expect_err(&key);
+            assert_eq!(
+                err.to_string(),
+                format!(
+                    "invalid lock name: the key `{key}` has a brace but no hash tag (a non-empty \
+                     `{{...}}` closed by the first `}}` after its first `{{`): its helper keys \
+                     (redisson_lock__channel:..., redisson_lock_token:...) would hash to another \
+                     Redis Cluster slot than the lock, so every acquire on a cluster would fail \
+                     with CROSSSLOT; complete the tag (`order:{{7}}`) or leave braces out"
+                )
+            );
+        }
+    }
+
+    #[test]
+    fn hash_tags_follow_redis_cluster() {
+        assert_eq!(hash_tag("a{b}c"), Some("b"));
+        assert_eq!(hash_tag("{a{b}"), Some("a{b"));
+        assert_eq!(hash_tag("x}{y}"), Some("y"));
+        assert_eq!(hash_tag("a{}b{c}"), None);
+        assert_eq!(hash_tag("a{b"), None);
+        assert_eq!(hash_tag("ab"), None);
     }
 
     #[test]

@@ -262,7 +262,10 @@
 //! is the lease. Releases publish `0` on `redisson_lock__channel:{<key>}`.
 //! Helper names follow Redisson's rule: `<kind>:{<key>}`, or `<kind>:<key>`
 //! when the key already holds a `{` (its own hash tag), and names that are
-//! another lock's helper keys are rejected. Every change is one Lua script
+//! another lock's helper keys are rejected. So are keys with braces that
+//! make no hash tag (`order:{7`, `order:{}x`, `x}y`), on every deployment:
+//! on a Redis Cluster their helper keys would hash to other slots than the
+//! lock, and every acquire would fail with `CROSSSLOT`. Every change is one Lua script
 //! (EVALSHA), so a Java service using Redisson and a Rust service using
 //! this crate exclude each other on the same lock name.
 //!

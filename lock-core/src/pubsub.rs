@@ -370,7 +370,10 @@ async fn run(
     loop {
         let connect = async {
             let client = endpoint.client().await?;
-            client.get_async_pubsub().await
+            client
+                .get_async_pubsub()
+                .await
+                .map_err(|e| crate::endpoint::cannot_connect(&client, e))
         };
         let connected = tokio::select! {
             _ = shutdown.cancelled() => return,

@@ -88,8 +88,9 @@ impl LockError {
         self.source.is_redis()
     }
 
-    /// The key is not a valid lock name (empty, or longer than the client's
-    /// limit); rejected before any Redis call. Keys are usually derived from
+    /// The key is not a valid lock name (empty, longer than the client's
+    /// limit, or with braces that make no hash tag); rejected before any
+    /// Redis call. Keys are usually derived from
     /// the request, so this is usually the request's fault.
     ///
     /// ```

@@ -140,4 +140,26 @@ mod tests {
         let err = CliError::new(USAGE, "a\n  b");
         assert_eq!(err.to_string(), "a b");
     }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        // redis-rs's error for a refused connection has the I/O error as
+        // its source, with the same text: said once
+        let io = std::io::Error::new(std::io::ErrorKind::ConnectionRefused, "refused");
+        let redis = redis::RedisError::from(io);
+        assert_eq!(
+            chain(&Outer(std::io::Error::other(redis))),
+            "redis error: refused"
+        );
+        // a server error (its source is the same server error) in a lock error
+        let denied = redis::parse_redis_value(b"-NOPERM no permissions to access a key\r\n")
+            .and_then(redis::Value::extract_error)
+            .expect_err("an error reply");
+        let err = CliError::from(lock_core::Error::from(denied));
+        assert_eq!(err.code, UNAVAILABLE);
+        assert_eq!(
+            err.message,
+            "redis error: NoPerm: no permissions to access a key"
+        );
+    }
 }

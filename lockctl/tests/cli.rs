@@ -631,7 +631,11 @@ fn bad_input_is_one_line_and_exit_64() {
         run(lockctl(&url, args)).assert_one_line_error(64, needle);
     }
     for bad_url in ["foo://x", "not a url", "redis://h:notaport"] {
-        run(lockctl(bad_url, &["status", "x"])).assert_one_line_error(64, "invalid redis url");
+        let out = run(lockctl(bad_url, &["status", "x"]));
+        out.assert_one_line_error(64, "invalid redis url");
+        // the message lists what is taken (issue 21)
+        out.assert_one_line_error(64, "the accepted forms are redis://");
+        out.assert_one_line_error(64, "redis+cluster://");
     }
     let out = run(lockctl(&url, &["--help"]));
     assert_eq!(out.code, Some(0));

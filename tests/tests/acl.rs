@@ -243,6 +243,43 @@ async fn a_missing_key_pattern_fails_at_once_with_noperm() {
     }
 }
 
+/// `err`'s text and its sources', `" <- "`-separated: what a printer that
+/// walks `source()` shows.
+fn walked(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut next = err.source();
+    while let Some(e) = next {
+        text.push_str(" <- ");
+        text.push_str(&e.to_string());
+        next = e.source();
+    }
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_denied_key_says_the_servers_text_once() {
+    let server = server();
+    let client = LockClient::builder(format!("redis://nolock:pw@127.0.0.1:{}", server.port()))
+        .key_prefix(PREFIX)
+        .build()
+        .expect("client");
+    let lock = client.lock("stock:42").expect("name");
+    let err = within(Duration::from_secs(5), "acquire", lock.acquire())
+        .await
+        .expect_err("denied");
+    assert!(err.is_no_permission(), "{err:?}");
+    let said = "this user has no permissions to access one of the keys used as arguments";
+    assert_eq!(err.to_string(), format!("redis error: NoPerm: {said}"));
+    // a printer that walks the sources says it once too
+    assert_eq!(walked(&err), err.to_string());
+    // and so does lock-tower's error around it
+    let layer_err = lock_tower::LockError::new("stock:42", err);
+    assert_eq!(
+        walked(&layer_err),
+        format!("could not take lock `stock:42` <- redis error: NoPerm: {said}")
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_in_the_url_needs_select_too() {
     let server = server();

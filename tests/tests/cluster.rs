@@ -376,6 +376,94 @@ async fn names_with_a_tag_live_in_the_tags_slot() {
     }
 }
 
+/// Braces that make no hash tag (`order:{7`, `order:{}x`, `x}y`) are
+/// refused before any Redis call, on a cluster as on one server: Redisson's
+/// helper names for them would hash to other slots (CROSSSLOT). Unusual
+/// names that do make a tag work: every key of the lock in one slot (by
+/// the cluster's own `CLUSTER KEYSLOT`), two clients never inside at once,
+/// and a waiter woken by the release.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn names_with_odd_braces_are_refused_or_kept_in_one_slot() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    let c = cluster(3, 0);
+    let clients = [
+        client(&c.url(), Duration::from_secs(30)),
+        client(&c.url(), Duration::from_secs(30)),
+    ];
+    for name in ["order:{7", "order:{}x", "x}y", "a{}b{c}"] {
+        match clients[0].lock(name) {
+            Err(e) => assert!(
+                matches!(e, lock_core::Error::InvalidName { .. })
+                    && e.to_string().contains("CROSSSLOT"),
+                "{name}: {e}"
+            ),
+            Ok(_) => panic!("{name} accepted"),
+        }
+    }
+    for name in ["x}{y}", "{a{b}", "a{b}}c{"] {
+        let slot = |key: &str| c.key_slot(key).unwrap_or_else(|e| panic!("{key}: {e}"));
+        for kind in [
+            "redisson_lock__channel",
+            "redisson_lock_token",
+            "redisson_unlock_latch",
+            "lockcore_waiters",
+            "lockcore_turn",
+        ] {
+            // a name with a tag keeps Redisson's `<kind>:<name>`
+            assert_eq!(
+                slot(&format!("{kind}:{name}")),
+                slot(name),
+                "{kind} of {name}"
+            );
+        }
+        let inside = Arc::new(AtomicUsize::new(0));
+        let most = Arc::new(AtomicUsize::new(0));
+        let mut tasks = Vec::new();
+        for cl in &clients {
+            for _ in 0..2 {
+                let lock = cl.lock(name).unwrap_or_else(|e| panic!("{name}: {e}"));
+                let (inside, most) = (inside.clone(), most.clone());
+                tasks.push(tokio::spawn(async move {
+                    for _ in 0..10 {
+                        let g = within(Duration::from_secs(10), "acquire", lock.acquire())
+                            .await
+                            .unwrap_or_else(|e| panic!("acquire: {e}"));
+                        let now = inside.fetch_add(1, Ordering::SeqCst) + 1;
+                        most.fetch_max(now, Ordering::SeqCst);
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        inside.fetch_sub(1, Ordering::SeqCst);
+                        g.release().await.unwrap_or_else(|e| panic!("release: {e}"));
+                    }
+                }));
+            }
+        }
+        for t in tasks {
+            t.await.unwrap_or_else(|e| panic!("{e}"));
+        }
+        assert_eq!(most.load(Ordering::SeqCst), 1, "{name}: never two inside");
+        // a waiter of the other client is woken by the release, not the lease
+        let held = clients[0].lock(name).unwrap_or_else(|e| panic!("{e}"));
+        let g = held.acquire().await.unwrap_or_else(|e| panic!("{e}"));
+        let waiter = clients[1].lock(name).unwrap_or_else(|e| panic!("{e}"));
+        let waiting = tokio::spawn(async move {
+            let started = Instant::now();
+            let g = waiter.acquire().await.unwrap_or_else(|e| panic!("{e}"));
+            let took = started.elapsed();
+            g.release().await.unwrap_or_else(|e| panic!("{e}"));
+            took
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        g.release().await.unwrap_or_else(|e| panic!("{e}"));
+        let took = waiting.await.unwrap_or_else(|e| panic!("{e}"));
+        assert!(
+            took < Duration::from_secs(2),
+            "{name}: woken after {took:?} (lease 30 s)"
+        );
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redisson_protocol_client_and_lock_core_wake_each_other_by_sharded_pub_sub() {
     let c = cluster(3, 0);

@@ -33,6 +33,53 @@ async fn a_refused_connection_fails_at_once_and_says_so() {
     assert!(err.to_string().to_lowercase().contains("refused"), "{err}");
 }
 
+/// The host and port refused are in the message, once; the cause is said
+/// once too (nothing repeats it through `source()`).
+#[tokio::test]
+#[ignore = "needs connection.rs's Manager::connect to map its connect error with \
+            crate::endpoint::cannot_connect(&client, e) (issue 21 item 6)"]
+async fn a_refused_connection_names_the_address() {
+    let port = lock_tests::free_port().expect("port");
+    let (err, _) = failing_acquire(format!("redis://127.0.0.1:{port}")).await;
+    assert!(err.is_connection_refused(), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "redis error: cannot connect to 127.0.0.1:{port}: "
+        )),
+        "{text}"
+    );
+    #[cfg(target_os = "linux")]
+    assert_eq!(
+        text,
+        format!(
+            "redis error: cannot connect to 127.0.0.1:{port}: Connection refused (os error 111)"
+        )
+    );
+    assert!(std::error::Error::source(&err).is_none(), "{err:?}");
+}
+
+/// A cluster whose seeds refuse: the message names the seeds.
+#[tokio::test]
+async fn a_refused_cluster_names_its_seeds() {
+    let (a, b) = (
+        lock_tests::free_port().expect("port"),
+        lock_tests::free_port().expect("port"),
+    );
+    let url = format!("redis+cluster://127.0.0.1:{a},127.0.0.1:{b}");
+    let (err, took) = failing_acquire(url).await;
+    eprintln!("refused cluster: {err} after {took:?}");
+    assert!(err.is_connection_refused(), "{err:?}");
+    let text = err.to_string();
+    assert!(
+        text.starts_with(&format!(
+            "redis error: cannot connect to the cluster at 127.0.0.1:{a}, 127.0.0.1:{b}: "
+        )),
+        "{text}"
+    );
+    assert_eq!(text.matches("Connection refused").count(), 1, "{text}");
+}
+
 #[tokio::test]
 async fn a_wrong_password_fails_at_once_and_says_so() {
     let server = RedisServer::builder()
