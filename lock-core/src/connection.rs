@@ -486,7 +486,7 @@ impl bb8::ManageConnection for Manager {
                 let mut inner = client
                     .get_multiplexed_async_connection_with_config(&self.config)
                     .await
-                    .map_err(crate::tls::explain)?;
+                    .map_err(|e| crate::endpoint::cannot_connect(&client, e))?;
                 self.endpoint.check(&mut inner).await?;
                 Link::Node(inner)
             }

@@ -36,8 +36,6 @@ async fn a_refused_connection_fails_at_once_and_says_so() {
 /// The host and port refused are in the message, once; the cause is said
 /// once too (nothing repeats it through `source()`).
 #[tokio::test]
-#[ignore = "needs connection.rs's Manager::connect to map its connect error with \
-            crate::endpoint::cannot_connect(&client, e) (issue 21 item 6)"]
 async fn a_refused_connection_names_the_address() {
     let port = lock_tests::free_port().expect("port");
     let (err, _) = failing_acquire(format!("redis://127.0.0.1:{port}")).await;
