@@ -251,3 +251,57 @@ async fn a_redisson_protocol_waiter_gets_its_turn_against_a_busy_process() {
         "the Redisson waiter waited through {worst} sections"
     );
 }
+
+/// A waiter that gives up (its wait bound passed) leaves the clients'
+/// waiting line in Redis before it returns, also when its process ends
+/// right after (as `lockctl run --wait` does: a `current_thread` runtime,
+/// no shutdown): otherwise the next release gives the turn to a client
+/// that is gone, and the next waiter gets the lock a turn window late.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_that_gives_up_leaves_the_line_before_it_returns() {
+    let server = common::server();
+    let holder = common::client_for(&server, 30_000);
+    let mut observer = raw(&server).await;
+    let name = "gives-up";
+    let held = holder
+        .lock(name)
+        .expect("name")
+        .acquire()
+        .await
+        .expect("hold");
+    let url = server.url();
+    for round in 0..5 {
+        // Another "process": its own runtime, ended at once after the
+        // time-out.
+        let url = url.clone();
+        let gone_id = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("runtime");
+            runtime.block_on(async move {
+                let client = LockClient::builder(url).build().expect("client");
+                let err = client
+                    .lock(name)
+                    .expect("name")
+                    .acquire_timeout(Duration::from_millis(200))
+                    .await
+                    .expect_err("held");
+                assert!(err.is_wait_timeout(), "{err:?}");
+                client.client_id().to_string()
+            })
+        })
+        .join()
+        .expect("thread");
+        let waiting: Vec<String> = cmd(
+            &mut observer,
+            &["ZRANGE", &format!("lockcore_waiters:{{{name}}}"), "0", "-1"],
+        )
+        .await;
+        assert!(
+            !waiting.contains(&gone_id),
+            "round {round}: a client that gave up is still in the line: {waiting:?}"
+        );
+    }
+    held.release().await.expect("release");
+}
