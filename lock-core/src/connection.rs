@@ -9,9 +9,10 @@
 //! passed first: a stalled, half-open path): either way the next command
 //! forgets it and opens another, so after a Redis restart or on a stalled
 //! socket no dead connection is handed out again, and no command pays a
-//! PING first. On a cluster connection neither marks the whole connection:
-//! it carries one connection per node, and one slow node must not cost the
-//! others theirs (redis-rs replaces a node's connection itself).
+//! PING first. On a cluster connection neither a time-out nor a caller's
+//! deadline marks the whole connection: it carries one connection per
+//! node, and one node's stall must not cost the connections to the others
+//! (see `must_go`).
 //!
 //! `rediss://` connections carry the client's TLS settings (see `tls.rs`);
 //! a failed TLS handshake comes back with its rustls cause in the message.
@@ -199,7 +200,7 @@ impl Conn {
 
     fn note<T>(&mut self, result: &RedisResult<T>) {
         if let Err(e) = result {
-            if is_connection_failure(e) {
+            if must_go(&self.inner, e) {
                 self.broken.store(true, Ordering::Relaxed);
             }
         }
@@ -470,6 +471,21 @@ pub(crate) fn is_connection_failure(e: &RedisError) -> bool {
         || e.is_timeout()
         || e.is_unrecoverable_error()
         || is_read_only(e)
+}
+
+/// Whether `e`, from a command on `link`, means the link must go: a
+/// [connection failure](is_connection_failure), except a response time-out
+/// on a cluster link. A cluster link is one connection per node, which
+/// redis-rs keeps itself (it retries a timed-out command on the same node
+/// and repairs a node's dropped connection alone): a time-out says one
+/// node is slow or stalled, not that the others are, and a new cluster
+/// link would start by waiting on that node too. (Whoever gives up on a
+/// command by its own deadline drops it without marking anything.)
+fn must_go(link: &Link, e: &RedisError) -> bool {
+    match link {
+        Link::Cluster(_) if e.is_timeout() => false,
+        _ => is_connection_failure(e),
+    }
 }
 
 impl bb8::ManageConnection for Manager {

@@ -421,6 +421,7 @@ mod run_to_end;
 mod scripts;
 mod sharding;
 mod shutdown;
+mod slot_owners;
 mod tls;
 mod watchdog;
 

@@ -1,5 +1,6 @@
 //! The Lua scripts of the lock protocol, run with EVALSHA (loaded on NOSCRIPT).
 
+use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind, Value};
 
 use crate::connection::Conn;
@@ -51,10 +52,34 @@ impl Script {
     pub(crate) async fn run(&self, conn: &mut Conn, cmd: &Cmd) -> RedisResult<Value> {
         match conn.query(cmd).await {
             Err(e) if is_noscript(&e) => {
-                conn.query(&self.load_cmd()).await?;
+                self.load_for(conn, cmd).await?;
                 conn.query(cmd).await
             }
             other => other,
+        }
+    }
+
+    /// Loads the script where `cmd` runs. On a cluster, on the primary of
+    /// `cmd`'s first key only: redis-rs sends a plain `SCRIPT LOAD` to
+    /// every node, so one stalled node would hold up a command for a
+    /// healthy one until the command time-out.
+    async fn load_for(&self, conn: &mut Conn, cmd: &Cmd) -> RedisResult<Value> {
+        // EVALSHA sha numkeys key ...
+        let key = match cmd.args_iter().nth(3) {
+            Some(redis::Arg::Simple(key)) => Some(key.to_vec()),
+            _ => None,
+        };
+        match (conn.cluster(), key) {
+            (Some(cluster), Some(key)) => {
+                let route = RoutingInfo::SingleNode(SingleNodeRoutingInfo::SpecificNode(
+                    Route::with_key(key, SlotAddr::Master),
+                ));
+                cluster
+                    .route_command(self.load_cmd(), route)
+                    .await
+                    .and_then(Value::extract_error)
+            }
+            _ => conn.query(&self.load_cmd()).await,
         }
     }
 }

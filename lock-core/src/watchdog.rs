@@ -5,9 +5,9 @@
 //! due time (`cadence`); the few entries that must come earlier (a retry
 //! after a failed renewal, a hold registered with little validity left) wait
 //! in a small heap beside it (`early`). When the first of them is due, the
-//! watchdog takes every entry due within the next tenth of a period and
-//! renews them in pipelined batches, one script call per batch, all batches
-//! at once.
+//! watchdog takes every entry due within the next tenth of a period (half a
+//! period on a cluster, see `run`) and renews them in pipelined batches, one
+//! script call per batch.
 //!
 //! Entries live in a slab: a renewal finds its entry by index (no hashing);
 //! a generation per slot tells a queued due time from one of an entry that
@@ -15,30 +15,62 @@
 //! and `unregister` only.
 //!
 //! Entries are holds (see `hold`): a confirmed renewal pushes the hold's
-//! deadline to the renewal's send time plus the lease (minus the drift
-//! margin). A renewal that answers 0 marks the hold lost at once. A batch
-//! is bounded by the remaining validity of its holds, and a failed renewal
-//! is retried well before the deadline; a hold whose deadline passes is
-//! lost whatever the watchdog does (its guards compare with the clock).
-//! Several guards of one hold (re-entry) share one entry.
+//! deadline to the call's send time plus the lease (minus the drift
+//! margin). A renewal that answers 0 marks the hold lost at once. A failed
+//! renewal is retried well before the deadline; a hold whose deadline
+//! passes is lost whatever the watchdog does (its guards compare with the
+//! clock). Several guards of one hold (re-entry) share one entry. The slab
+//! caches each hold's deadline (`Entry::valid_until`, a lower bound: only
+//! renewals and re-entries move a deadline, and only later) so that
+//! building a pass need not read every hold; whether a deadline has passed
+//! is decided by the hold's own deadline whenever the cache says it is
+//! less than a period away (a re-entry with a longer lease may have pushed
+//! it back).
+//!
+//! Calls are settled one by one as their answers come, not pass by pass:
+//! each call has its own deadline, counted from when it is sent — a period
+//! at most, and never past the earliest deadline of its holds (a call whose
+//! holds have all run out before it could be sent is not sent; they are
+//! lost by their deadline). A pass's calls never wait for another pass's.
+//!
+//! On a Redis Cluster a pass makes one call per hash slot (a script may only
+//! touch keys of one slot), thousands of them, which would swamp the
+//! cluster connection's request queue all at once. They wait in lanes, one
+//! per primary, with [`NODE_CALLS_IN_FLIGHT`] in flight per lane: a primary
+//! that stops answering (stalled, SIGSTOPped, partitioned) fills only its
+//! own lane, so it costs its own holds (reported lost by their deadlines)
+//! and never a healthy primary's. (One ordered window for all primaries
+//! with one deadline per pass, as before, let a stalled primary's calls
+//! hold back every later call until they all started past the deadline.)
+//! The lane of a slot comes from the cluster's slot map (`CLUSTER SLOTS`,
+//! see `slot_owners.rs`), read in the background, never by a renewal:
+//! every call is still routed by its key, so a map that is out of date
+//! only mixes two nodes' calls in one lane until the next reading (every
+//! 10 s, and after a failed call). NodeLanes keyed by node, each call with its
+//! own deadline, is the simplest shape that isolates nodes: per-node
+//! pipelines would need the map to be right (a moved slot's call inside
+//! another node's pipeline answers `MOVED`, which redis-rs would follow
+//! with the whole pipeline), and per-call deadlines alone with one shared
+//! window would still let the stalled node's calls fill the window.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
-use redis::cluster_routing::Slot as HashSlot;
 use redis::Value;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::Core;
-use crate::connection::Lane;
+use crate::connection::Lane as ConnLane;
 use crate::error::Error;
 use crate::hold::Hold;
 use crate::metrics::RenewalFailure;
+use crate::slot_owners::{key_slot, SlotMap, SlotOwners};
 
 /// Renewals per script call (one round trip).
 const BATCH: usize = 512;
@@ -60,8 +92,23 @@ struct Entry {
     args: RenewArgs,
     /// The hold's deadline as of its last renewal here: a lower bound
     /// (others only extend it), read instead of the hold itself when
-    /// batches are built.
+    /// batches are built while it is far off; near it, the hold's own
+    /// deadline decides (see `next_batches`).
     valid_until: Instant,
+    /// The hash slot of the lock key (used on a Redis Cluster only).
+    hash_slot: u16,
+}
+
+impl Entry {
+    /// Whether the hold's deadline is still ahead at `now`. The cached
+    /// bound answers while it is at or past `near`; before that, the hold's
+    /// own deadline (which the cache then takes).
+    fn still_valid(&mut self, now: Instant, near: Instant) -> bool {
+        if self.valid_until < near {
+            self.valid_until = self.valid_until.max(self.hold.deadline());
+        }
+        self.valid_until > now
+    }
 }
 
 /// The lock key and the owner id of a hold, side by side: inside the slab
@@ -313,11 +360,13 @@ impl Watchdog {
         place.generation += 1;
         let args = RenewArgs::new(&hold);
         let valid_until = hold.deadline();
+        let hash_slot = key_slot(args.key());
         place.entry = Some(Entry {
             guards: 1,
             hold,
             args,
             valid_until,
+            hash_slot,
         });
         let generation = place.generation;
         s.by_hold.insert(addr, slot);
@@ -359,8 +408,18 @@ impl Watchdog {
     }
 }
 
-/// Renewal calls in flight at once on a cluster (one per hash slot).
-const CLUSTER_CALLS_IN_FLIGHT: usize = 64;
+/// Renewal calls in flight at once per Redis Cluster primary. Each primary
+/// has its own places, so the calls to a stalled one hold up only its own
+/// later calls, never another primary's.
+const NODE_CALLS_IN_FLIGHT: usize = 32;
+
+/// The lane of calls whose slot the cluster's slot map does not know (yet).
+const UNKNOWN_NODE: NodeLane = NodeLane::MAX;
+
+/// Where a call waits for a place in flight: on a Redis Cluster the index of
+/// the slot's primary in the current slot map (see `slot_owners.rs`); on a
+/// single server, one lane without a limit.
+type NodeLane = u16;
 
 /// One renewal of a pass: where its entry is. The hold is looked up again
 /// in the slab when the answer comes (no reference counting per renewal).
@@ -370,47 +429,58 @@ struct Renewal {
     generation: u64,
 }
 
-/// One script call of a pass: its renewals, its command, its time bound.
+/// One script call: its renewals, its command, its time bound.
 #[derive(Debug)]
 struct Batch {
     renewals: Vec<Renewal>,
     cmd: redis::Cmd,
-    /// The least validity any of its holds had when the pass began.
-    least_left: Duration,
+    /// An answer after this is of no use: the earliest deadline of its
+    /// holds when they were taken (a lower bound of each).
+    deadline: Instant,
+    /// The hash slot of its keys, on a Redis Cluster.
+    hash_slot: Option<u16>,
+    /// When the pass took its entries; the pass's number.
+    taken: Instant,
+    pass: u64,
 }
 
 /// Takes up to [`BATCH`] entries due by `horizon` and builds their script
 /// call into `out`; on a Redis Cluster, every entry due by `horizon`, in
 /// one call per hash slot (a script may only touch keys of one slot; at
-/// most [`BATCH`] locks per call). Holds whose deadline has passed
-/// are lost, not renewed. False when nothing was due. Runs under the
-/// schedule's lock; on a single server one batch at a time, so that
-/// acquisitions and releases never wait for a whole pass (on a cluster they
-/// wait while the whole pass is taken and grouped).
+/// most [`BATCH`] locks per call). Holds whose deadline has passed are
+/// lost, not renewed: the slab's cached bound decides while it is a
+/// period or more away, the hold's own deadline when it is nearer (a
+/// re-entry with a longer lease may have pushed it back). False when
+/// nothing was due. Runs under the schedule's lock; on a single server
+/// one batch at a time, so that acquisitions and releases never wait for
+/// a whole pass (on a cluster they wait while the whole pass is taken and
+/// grouped).
+#[allow(clippy::too_many_arguments)]
 fn next_batches(
     s: &mut Schedule,
     core: &Core,
     now: Instant,
+    near: Instant,
     horizon: Instant,
     lease_ms: u64,
+    pass: u64,
     out: &mut Vec<Batch>,
 ) -> bool {
     let mut renewals = Vec::with_capacity(BATCH);
-    let mut lefts = Vec::with_capacity(BATCH);
+    let mut bounds: Vec<(Instant, u16)> = Vec::with_capacity(BATCH);
     // On a cluster the whole pass is taken at once, so that the locks of
     // one hash slot share a call however many slots there are.
     while core.cluster || renewals.len() < BATCH {
         let Some(d) = s.pop_due(horizon) else {
             break;
         };
-        let Some(entry) = s.live(d.slot, d.generation) else {
+        let Some(entry) = live_mut(&mut s.slots, d.slot, d.generation) else {
             continue;
         };
         // A hold that is already lost is renewed all the same (its guard
         // drops it soon): Redis answers for it, and a renewal never revives
         // a hold locally (see `Hold::extend`).
-        let left = entry.valid_until.saturating_duration_since(now);
-        if left.is_zero() {
+        if !entry.still_valid(now, near) {
             if let Some(entry) = s.remove(d.slot, d.generation) {
                 entry
                     .hold
@@ -418,7 +488,7 @@ fn next_batches(
             }
             continue;
         }
-        lefts.push(left);
+        bounds.push((entry.valid_until, entry.hash_slot));
         renewals.push(Renewal {
             slot: d.slot,
             generation: d.generation,
@@ -428,36 +498,47 @@ fn next_batches(
         return false;
     }
     if !core.cluster {
-        let least_left = lefts.iter().copied().min().unwrap_or(Duration::MAX);
-        out.push(build_batch(s, core, renewals, least_left, lease_ms));
+        let deadline = bounds.iter().map(|b| b.0).min().unwrap_or(now);
+        out.push(build_batch(
+            s, core, renewals, deadline, None, now, pass, lease_ms,
+        ));
         return true;
     }
-    let mut by_slot: HashMap<HashSlot, (Vec<Renewal>, Duration)> = HashMap::new();
-    for (r, left) in renewals.into_iter().zip(lefts) {
-        let Some(entry) = s.live(r.slot, r.generation) else {
-            continue;
-        };
-        let hash_slot = HashSlot::for_key(entry.args.key());
+    let mut by_slot: HashMap<u16, (Vec<Renewal>, Instant)> = HashMap::new();
+    for (r, (until, hash_slot)) in renewals.into_iter().zip(bounds) {
         let group = by_slot
             .entry(hash_slot)
-            .or_insert_with(|| (Vec::new(), Duration::MAX));
+            .or_insert_with(|| (Vec::new(), until));
         group.0.push(r);
-        group.1 = group.1.min(left);
+        group.1 = group.1.min(until);
     }
-    for (renewals, least_left) in by_slot.into_values() {
+    for (hash_slot, (renewals, deadline)) in by_slot {
         for chunk in renewals.chunks(BATCH) {
-            out.push(build_batch(s, core, chunk.to_vec(), least_left, lease_ms));
+            out.push(build_batch(
+                s,
+                core,
+                chunk.to_vec(),
+                deadline,
+                Some(hash_slot),
+                now,
+                pass,
+                lease_ms,
+            ));
         }
     }
     true
 }
 
 /// The renew script call for `renewals`.
+#[allow(clippy::too_many_arguments)]
 fn build_batch(
     s: &Schedule,
     core: &Core,
     renewals: Vec<Renewal>,
-    least_left: Duration,
+    deadline: Instant,
+    hash_slot: Option<u16>,
+    taken: Instant,
+    pass: u64,
     lease_ms: u64,
 ) -> Batch {
     let args = |r: &Renewal| s.live(r.slot, r.generation).map(|e| &e.args);
@@ -474,8 +555,101 @@ fn build_batch(
     Batch {
         renewals,
         cmd,
-        least_left,
+        deadline,
+        hash_slot,
+        taken,
+        pass,
     }
+}
+
+/// A finished call: its batch, its lane, when it was sent, what came back.
+struct Done {
+    batch: Batch,
+    lane: NodeLane,
+    sent: Instant,
+    result: Result<Vec<Option<bool>>, Error>,
+}
+
+/// Sends one batch when polled first. Its deadline runs from then: a
+/// period at most, and never past the earliest deadline of its holds (a
+/// call whose holds have run out by then is not sent at all).
+async fn call(core: Arc<Core>, batch: Batch, lane: NodeLane, period: Duration) -> Done {
+    let sent = Instant::now();
+    let deadline = (sent + period).min(batch.deadline);
+    let result = if deadline <= sent {
+        Err(Error::CommandTimeout)
+    } else {
+        renew_batch(&core, &batch, deadline).await
+    };
+    Done {
+        batch,
+        lane,
+        sent,
+        result,
+    }
+}
+
+/// The calls waiting for a place in flight, and the places taken, per lane.
+#[derive(Debug, Default)]
+struct NodeLanes {
+    waiting: HashMap<NodeLane, VecDeque<Batch>>,
+    in_flight: HashMap<NodeLane, usize>,
+}
+
+impl NodeLanes {
+    /// Queues `batch` on `lane`.
+    fn push(&mut self, lane: NodeLane, batch: Batch) {
+        self.waiting.entry(lane).or_default().push_back(batch);
+    }
+
+    /// The next batch of `lane` if it has a place free (`limit` in flight
+    /// at most); takes the place.
+    fn next(&mut self, lane: NodeLane, limit: usize) -> Option<Batch> {
+        let busy = self.in_flight.entry(lane).or_default();
+        if *busy >= limit {
+            return None;
+        }
+        let waiting = self.waiting.get_mut(&lane)?;
+        let batch = waiting.pop_front()?;
+        if waiting.is_empty() {
+            self.waiting.remove(&lane);
+        }
+        *busy += 1;
+        Some(batch)
+    }
+
+    /// A call of `lane` finished: its place is free.
+    fn finished(&mut self, lane: NodeLane) {
+        if let Some(busy) = self.in_flight.get_mut(&lane) {
+            *busy = busy.saturating_sub(1);
+            if *busy == 0 && !self.waiting.contains_key(&lane) {
+                self.in_flight.remove(&lane);
+            }
+        }
+    }
+
+    /// NodeLanes with calls waiting.
+    fn with_waiting(&self) -> Vec<NodeLane> {
+        self.waiting.keys().copied().collect()
+    }
+}
+
+/// What a pass did, reported once its last call is settled.
+#[derive(Debug)]
+struct Tally {
+    calls: usize,
+    locks: usize,
+    renewed: usize,
+    lost: usize,
+    started: Instant,
+}
+
+/// What woke the watchdog.
+enum Woke {
+    Shutdown,
+    Settle(Box<Done>),
+    Registered,
+    Due,
 }
 
 async fn run(
@@ -500,133 +674,203 @@ async fn run(
     let lease = core.config.watchdog_timeout;
     let lease_ms = u64::try_from(lease.as_millis()).unwrap_or(u64::MAX);
     let validity = crate::hold::validity(lease);
+    let limit = if core.cluster {
+        NODE_CALLS_IN_FLIGHT
+    } else {
+        usize::MAX
+    };
+    // Each node asked for the slot map gets this long to answer.
+    let map_bound = core
+        .config
+        .command_timeout
+        .min(period)
+        .max(Duration::from_millis(10));
+    let slot_map = Arc::new(SlotMap::default());
+    let mut lanes = NodeLanes::default();
+    let mut calls = FuturesUnordered::new();
+    let mut passes: HashMap<u64, Tally> = HashMap::new();
+    let mut pass: u64 = 0;
     loop {
         let next_due = locked(&schedule).next_due();
-        tokio::select! {
-            _ = shutdown.cancelled() => return,
-            _ = wake.notified(), if next_due.is_none() => continue,
-            _ = tokio::time::sleep_until(next_due.unwrap_or_else(Instant::now)), if next_due.is_some() => {}
+        if core.cluster && next_due.is_some() {
+            slot_map.refresh_if_due(&core, period, map_bound, &shutdown);
+        }
+        let woke = tokio::select! {
+            _ = shutdown.cancelled() => Woke::Shutdown,
+            Some(done) = calls.next(), if !calls.is_empty() => Woke::Settle(Box::new(done)),
+            _ = wake.notified(), if next_due.is_none() => Woke::Registered,
+            _ = tokio::time::sleep_until(next_due.unwrap_or_else(Instant::now)), if next_due.is_some() => Woke::Due,
+        };
+        match woke {
+            Woke::Shutdown => return,
+            Woke::Registered => continue,
+            Woke::Settle(done) => {
+                lanes.finished(done.lane);
+                if core.cluster && done.lane != UNKNOWN_NODE {
+                    slot_map.note_call(done.lane, done.result.is_ok());
+                }
+                let (renewed, lost) = settle(
+                    &mut locked(&schedule),
+                    &core,
+                    &done,
+                    period,
+                    lease,
+                    validity,
+                    retry_delay,
+                );
+                if let Some(tally) = passes.get_mut(&done.batch.pass) {
+                    tally.calls = tally.calls.saturating_sub(1);
+                    tally.renewed += renewed;
+                    tally.lost += lost;
+                    if tally.calls == 0 {
+                        crate::metrics::renewed_many(tally.renewed);
+                        tracing::trace!(
+                            locks = tally.locks,
+                            lost = tally.lost,
+                            elapsed_us = tally.started.elapsed().as_micros() as u64,
+                            "lock watchdog pass"
+                        );
+                        passes.remove(&done.batch.pass);
+                    }
+                }
+                while let Some(batch) = lanes.next(done.lane, limit) {
+                    calls.push(call(core.clone(), batch, done.lane, period));
+                }
+                continue;
+            }
+            Woke::Due => {}
         }
 
         // Everything due now or within the slack, in batches.
         let now = Instant::now();
         let horizon = now + slack;
+        pass += 1;
         let mut batches = Vec::new();
         while next_batches(
             &mut locked(&schedule),
             &core,
             now,
+            now + period,
             horizon,
             lease_ms,
+            pass,
             &mut batches,
         ) {}
         if batches.is_empty() {
             continue;
         }
-
-        // The lease runs from when the renewals were sent, and so does the
-        // period: a slow pass must not stretch the renewal cadence.
-        let started = Instant::now();
-        let spent = started.saturating_duration_since(now);
-        // A batch may take at most a period, and never longer than its
-        // most urgent hold has left: an answer after that is of no use.
-        let core_ref = &*core;
-        let calls: Vec<_> = batches
-            .iter()
-            .map(|batch| {
-                let deadline = started
-                    + batch
-                        .least_left
-                        .saturating_sub(spent)
-                        .min(period)
-                        .max(Duration::from_millis(1));
-                renew_batch(core_ref, batch, deadline)
-            })
-            .collect();
-        // On a cluster a pass is one call per hash slot, thousands of
-        // them: a bounded number in flight (all at once swamps the cluster
-        // connection's request queue).
-        let in_flight = if core.cluster {
-            CLUSTER_CALLS_IN_FLIGHT
+        passes.insert(
+            pass,
+            Tally {
+                calls: batches.len(),
+                locks: batches.iter().map(|b| b.renewals.len()).sum(),
+                renewed: 0,
+                lost: 0,
+                started: now,
+            },
+        );
+        // Each call goes to its lane (the primary of its slot) and is sent
+        // when the lane has a place: the calls of one node wait for that
+        // node's answers only.
+        let owners: Option<Arc<SlotOwners>> = if core.cluster {
+            slot_map.current()
         } else {
-            batches.len().max(1)
+            None
         };
-        let results: Vec<_> = futures_util::stream::iter(calls)
-            .buffered(in_flight)
-            .collect()
-            .await;
-
-        let mut s = locked(&schedule);
-        let after = Instant::now();
-        let mut renewed = 0usize;
-        let mut lost = 0usize;
-        for (batch, result) in batches.iter().zip(&results) {
-            if let Err(err) = result {
-                log_failed_batch(&s, batch, err);
-                core.report(err);
-            }
-            for (i, r) in batch.renewals.iter().enumerate() {
-                let outcome = match result {
-                    Ok(values) => values.get(i).copied().flatten(),
-                    Err(_) => None,
-                };
-                let Some(entry) = live_mut(&mut s.slots, r.slot, r.generation) else {
-                    continue;
-                };
-                let next_due = match outcome {
-                    Some(true) if entry.hold.extend(started, lease) => {
-                        entry.valid_until = entry.valid_until.max(started + validity);
-                        renewed += 1;
-                        Ok((started + period, false))
-                    }
-                    Some(true) => Err("its deadline passed while it was being renewed"),
-                    Some(false) => {
-                        crate::metrics::renewal_failed(RenewalFailure::Gone);
-                        Err("the lock is gone (expired, deleted or force-unlocked)")
-                    }
-                    None => {
-                        crate::metrics::renewal_failed(RenewalFailure::Error);
-                        match entry.hold.remaining() {
-                            left if left.is_zero() => Err("renewals failed until its deadline"),
-                            // Retry soon enough to have another go before the deadline.
-                            left => Ok((
-                                after + retry_delay.min(left / 3).max(Duration::from_millis(1)),
-                                true,
-                            )),
-                        }
-                    }
-                };
-                match next_due {
-                    Ok((at, exact)) => s.push(
-                        Due {
-                            at,
-                            slot: r.slot,
-                            generation: r.generation,
-                        },
-                        exact,
-                    ),
-                    Err(why) => {
-                        if let Some(entry) = s.remove(r.slot, r.generation) {
-                            if outcome == Some(false) {
-                                entry.hold.mark_gone(why);
-                            } else {
-                                entry.hold.mark_lost(why);
-                            }
-                        }
-                        lost += 1;
-                    }
-                }
+        for batch in batches {
+            let lane = match (&owners, batch.hash_slot) {
+                (Some(owners), Some(slot)) => owners.node_of(slot).unwrap_or(UNKNOWN_NODE),
+                (None, Some(_)) => UNKNOWN_NODE,
+                (_, None) => 0,
+            };
+            lanes.push(lane, batch);
+        }
+        for lane in lanes.with_waiting() {
+            while let Some(batch) = lanes.next(lane, limit) {
+                calls.push(call(core.clone(), batch, lane, period));
             }
         }
-        drop(s);
-        crate::metrics::renewed_many(renewed);
-        tracing::trace!(
-            locks = batches.iter().map(|b| b.renewals.len()).sum::<usize>(),
-            lost,
-            elapsed_us = started.elapsed().as_micros() as u64,
-            "lock watchdog pass"
-        );
     }
+}
+
+/// Applies the answers of one call to its entries: a renewed hold is due
+/// again a period after its pass, one that Redis says is gone or whose
+/// deadline passed is lost, one without an answer is retried before its
+/// deadline. Returns how many were renewed and how many lost.
+fn settle(
+    s: &mut Schedule,
+    core: &Core,
+    done: &Done,
+    period: Duration,
+    lease: Duration,
+    validity: Duration,
+    retry_delay: Duration,
+) -> (usize, usize) {
+    let batch = &done.batch;
+    let sent = done.sent;
+    if let Err(err) = &done.result {
+        log_failed_batch(s, batch, err);
+        core.report(err);
+    }
+    let after = Instant::now();
+    let mut renewed = 0usize;
+    let mut lost = 0usize;
+    for (i, r) in batch.renewals.iter().enumerate() {
+        let outcome = match &done.result {
+            Ok(values) => values.get(i).copied().flatten(),
+            Err(_) => None,
+        };
+        let Some(entry) = live_mut(&mut s.slots, r.slot, r.generation) else {
+            continue;
+        };
+        let next_due = match outcome {
+            // The lease runs from when the call was sent; the period from
+            // when the pass began (a slow call must not stretch the
+            // cadence).
+            Some(true) if entry.hold.extend(sent, lease) => {
+                entry.valid_until = entry.valid_until.max(sent + validity);
+                renewed += 1;
+                Ok((batch.taken + period, false))
+            }
+            Some(true) => Err("its deadline passed while it was being renewed"),
+            Some(false) => {
+                crate::metrics::renewal_failed(RenewalFailure::Gone);
+                Err("the lock is gone (expired, deleted or force-unlocked)")
+            }
+            None => {
+                crate::metrics::renewal_failed(RenewalFailure::Error);
+                match entry.hold.remaining() {
+                    left if left.is_zero() => Err("renewals failed until its deadline"),
+                    // Retry soon enough to have another go before the deadline.
+                    left => Ok((
+                        after + retry_delay.min(left / 3).max(Duration::from_millis(1)),
+                        true,
+                    )),
+                }
+            }
+        };
+        match next_due {
+            Ok((at, exact)) => s.push(
+                Due {
+                    at,
+                    slot: r.slot,
+                    generation: r.generation,
+                },
+                exact,
+            ),
+            Err(why) => {
+                if let Some(entry) = s.remove(r.slot, r.generation) {
+                    if outcome == Some(false) {
+                        entry.hold.mark_gone(why);
+                    } else {
+                        entry.hold.mark_lost(why);
+                    }
+                }
+                lost += 1;
+            }
+        }
+    }
+    (renewed, lost)
 }
 
 /// One event per failed batch; with a single hold, its lock.
@@ -670,7 +914,7 @@ async fn renew_batch(
     let script = &core.scripts.renew;
     let limit = deadline.saturating_duration_since(Instant::now());
     let reply = core
-        .on_lane(Lane::Renewals, limit, |mut conn| async move {
+        .on_lane(ConnLane::Renewals, limit, |mut conn| async move {
             Ok(script.run(&mut conn, &batch.cmd).await?)
         })
         .await?;
@@ -720,6 +964,7 @@ mod tests {
                     hold: hold.clone(),
                     args: RenewArgs::new(hold),
                     valid_until: hold.deadline(),
+                    hash_slot: 0,
                 }),
             });
             s.by_hold.insert(slot as usize, slot);
@@ -743,6 +988,73 @@ mod tests {
             Duration::from_secs(30),
         );
         fresh.unwrap_or_else(|| panic!("a fresh grant is valid"))
+    }
+
+    fn entry_of(hold: &Arc<Hold>, valid_until: Instant) -> Entry {
+        Entry {
+            guards: 1,
+            hold: hold.clone(),
+            args: RenewArgs::new(hold),
+            valid_until,
+            hash_slot: 0,
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_holds_own_deadline_decides_when_the_cache_says_it_passed() {
+        let period = Duration::from_secs(10);
+        // The cache is behind: a re-entry with a longer lease pushed the
+        // hold's deadline (30 s lease) past it.
+        let hold = a_hold();
+        let now = Instant::now();
+        let mut stale = entry_of(&hold, now - Duration::from_millis(1));
+        assert!(stale.still_valid(now, now + period), "not lost early");
+        assert_eq!(stale.valid_until, hold.deadline(), "cache caught up");
+        // A cached bound a period or more away answers alone.
+        let far = now + 2 * period;
+        let mut cached = entry_of(&hold, far);
+        assert!(cached.still_valid(now, now + period));
+        assert_eq!(cached.valid_until, far);
+        // A hold whose own deadline passed is not valid.
+        let keys = Arc::new(
+            crate::keys::LockKeys::new("", "short", 1024).unwrap_or_else(|e| panic!("{e}")),
+        );
+        let short = Hold::granted(keys, "o:2".into(), 1, None, now, Duration::from_millis(50))
+            .unwrap_or_else(|| panic!("a fresh grant is valid"));
+        let mut passed = entry_of(&short, short.deadline());
+        tokio::time::sleep(Duration::from_millis(60)).await;
+        let later = Instant::now();
+        assert!(!passed.still_valid(later, later + period));
+    }
+
+    fn batch() -> Batch {
+        Batch {
+            renewals: Vec::new(),
+            cmd: redis::cmd("PING"),
+            deadline: Instant::now(),
+            hash_slot: None,
+            taken: Instant::now(),
+            pass: 0,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_full_lane_holds_back_only_its_own_calls() {
+        let mut lanes = NodeLanes::default();
+        for _ in 0..3 {
+            lanes.push(0, batch());
+        }
+        lanes.push(1, batch());
+        // lane 0 (a stalled node) takes its two places ...
+        assert!(lanes.next(0, 2).is_some());
+        assert!(lanes.next(0, 2).is_some());
+        assert!(lanes.next(0, 2).is_none(), "lane 0 is full");
+        // ... lane 1 still sends
+        assert!(lanes.next(1, 2).is_some());
+        assert!(lanes.next(1, 2).is_none(), "nothing left in lane 1");
+        lanes.finished(0);
+        assert!(lanes.next(0, 2).is_some(), "a place of lane 0 came free");
+        assert!(lanes.with_waiting().is_empty());
     }
 
     #[tokio::test]

@@ -1,9 +1,10 @@
 //! lock-core on a Redis Cluster (`redis+cluster://`), against the
 //! harness's clusters of loopback `redis-server`s: mutual exclusion across
 //! slots and processes, waiting by sharded pub/sub (Redisson's choice on a
-//! Redis 7 cluster), watchdog renewals split by slot, a slot migrated
-//! under load, a killed primary, `{tag}` names, and a Redisson-protocol
-//! client on the same locks.
+//! Redis 7 cluster), watchdog renewals split by slot, a stalled primary
+//! costing only its own holds, a slot migrated under load, a killed
+//! primary, `{tag}` names, and a Redisson-protocol client on the same
+//! locks.
 //!
 //! Judged from the cluster itself: counters and "inside" markers kept with
 //! a redis-rs cluster connection of the test's own, `PUBSUB SHARDNUMSUB`
@@ -887,4 +888,293 @@ async fn ping_inspection_scan_and_force_unlock_work_on_a_cluster() {
     for g in guards.drain(1..) {
         g.release().await.unwrap_or_else(|e| panic!("{e}"));
     }
+}
+
+/// The primary of `key` in a fresh harness cluster of `primaries` (the
+/// slots split in contiguous ranges in node order, see `RedisCluster::start`).
+fn fresh_primary_of(key: &str, primaries: usize) -> usize {
+    use redis::cluster_routing::Slot;
+    static NUMBERS: std::sync::OnceLock<std::collections::HashMap<Slot, usize>> =
+        std::sync::OnceLock::new();
+    let numbers = NUMBERS.get_or_init(|| {
+        (0..lock_tests::CLUSTER_SLOTS)
+            .filter_map(|n| Slot::new(n).map(|s| (s, usize::from(n))))
+            .collect()
+    });
+    let slot = numbers.get(&Slot::for_key(key)).copied().unwrap_or(0);
+    let per = usize::from(lock_tests::CLUSTER_SLOTS) / primaries;
+    (slot / per).min(primaries - 1)
+}
+
+/// No failover, whatever a test stops: node timeout a minute (a stopped
+/// primary is never failed, the cluster stays `ok` on the others).
+fn without_failover(c: &RedisCluster) {
+    for node in c.nodes() {
+        let reply = node
+            .command(&["CONFIG", "SET", "cluster-node-timeout", "60000"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert!(reply.as_error().is_none(), "{reply:?}");
+    }
+}
+
+/// What one stalled-primary run saw.
+#[derive(Debug)]
+struct StallFigures {
+    /// Holds lost per primary (the stalled one included) at the end of the stall.
+    lost_per_primary: Vec<usize>,
+    /// Of the stalled primary's holds, reported lost this long after the stop (min, max).
+    reported_lost_after: Option<(Duration, Duration)>,
+    /// Acquire + release probes on a healthy primary during the stall: failed, slowest.
+    probes_failed: usize,
+    probe_slowest: Duration,
+    /// Healthy primaries' holds whose key or owner field the observer did not find.
+    missing_in_redis: usize,
+    /// Stalled holds an observer client got after SIGCONT while the holder's guard
+    /// still said held, or before it was reported lost.
+    taken_while_held: usize,
+    /// Stalled holds the observer client got after SIGCONT.
+    taken_after_resume: usize,
+    /// Healthy holds the observer client got (must be none).
+    healthy_taken: usize,
+}
+
+/// 3 primaries, 1 000 watchdog holds on each; one primary stopped (SIGSTOP)
+/// for longer than the lease (so for more than 2 renewal periods), no
+/// failover. See the two tests below for the assertions.
+async fn one_stalled_primary(command_timeout: Duration) -> StallFigures {
+    const PRIMARIES: usize = 3;
+    const PER_PRIMARY: usize = 1000;
+    let c = cluster(PRIMARIES, 0);
+    without_failover(&c);
+    let watchdog = Duration::from_secs(3);
+    let period = watchdog / 3;
+    let holder = LockClient::builder(c.url())
+        .watchdog_timeout(watchdog)
+        .command_timeout(command_timeout)
+        .connect_timeout(Duration::from_secs(1))
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    // 1 000 names on each primary.
+    let mut names: Vec<Vec<String>> = vec![Vec::new(); PRIMARIES];
+    let mut i = 0;
+    while names.iter().any(|n| n.len() < PER_PRIMARY) {
+        let name = format!("stall-{i}");
+        let p = fresh_primary_of(&name, PRIMARIES);
+        if names[p].len() < PER_PRIMARY {
+            names[p].push(name);
+        }
+        i += 1;
+    }
+    let mut guards: Vec<Vec<lock_core::LockGuard>> = Vec::new();
+    for on_primary in &names {
+        let mut got = Vec::with_capacity(PER_PRIMARY);
+        for chunk in on_primary.chunks(250) {
+            got.extend(
+                futures_util::future::join_all(chunk.iter().map(|n| {
+                    let lock = holder.lock(n).unwrap_or_else(|e| panic!("{e}"));
+                    async move { lock.acquire().await.unwrap_or_else(|e| panic!("{e}")) }
+                }))
+                .await,
+            );
+        }
+        guards.push(got);
+    }
+    // A period of ordinary renewals first.
+    tokio::time::sleep(period + period / 2).await;
+    for (p, g) in guards.iter().enumerate() {
+        assert_eq!(
+            g.iter().filter(|g| g.is_held()).count(),
+            PER_PRIMARY,
+            "primary {p} before the stall"
+        );
+    }
+    let victim = 2;
+    let healthy: Vec<usize> = (0..PRIMARIES).filter(|p| *p != victim).collect();
+    // Probed during the stall: a lock on a healthy primary.
+    let probe_name = (0..)
+        .map(|i| format!("probe-{i}"))
+        .find(|n| fresh_primary_of(n, PRIMARIES) == healthy[0])
+        .unwrap_or_default();
+    let probe = holder.lock(&probe_name).unwrap_or_else(|e| panic!("{e}"));
+    // Longer than the lease: every hold of the stopped primary passes its deadline.
+    let stall = watchdog + period / 2;
+
+    c.nodes()[victim].pause().unwrap_or_else(|e| panic!("{e}"));
+    let stopped = Instant::now();
+    let stalled_guards = &guards[victim];
+    let lost_watch = futures_util::future::join_all(stalled_guards.iter().map(|g| async move {
+        tokio::select! {
+            _ = g.lost() => Some(Instant::now()),
+            _ = tokio::time::sleep(stall + Duration::from_secs(2)) => None,
+        }
+    }));
+    let probing = async {
+        let mut failed = 0;
+        let mut slowest = Duration::ZERO;
+        while stopped.elapsed() < stall {
+            let t = Instant::now();
+            let ok = tokio::time::timeout(Duration::from_secs(1), async {
+                match probe.try_acquire().await {
+                    Ok(Some(g)) => g.release().await.is_ok(),
+                    _ => false,
+                }
+            })
+            .await
+            .unwrap_or(false);
+            slowest = slowest.max(t.elapsed());
+            if !ok {
+                failed += 1;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        (failed, slowest)
+    };
+    let (lost_at, (probes_failed, probe_slowest)) = tokio::join!(lost_watch, probing);
+    let lost_per_primary: Vec<usize> = guards
+        .iter()
+        .map(|g| g.iter().filter(|g| !g.is_held()).count())
+        .collect();
+    // The observer's own connections to the healthy primaries, while the
+    // victim is still stopped: every healthy hold is in Redis, owned by
+    // its guard's owner id, with a TTL.
+    let mut missing_in_redis = 0;
+    for p in &healthy {
+        let mut conn = common::raw(&c.nodes()[*p]).await;
+        let mut pipe = redis::pipe();
+        for g in &guards[*p] {
+            pipe.cmd("HEXISTS").arg(g.name()).arg(g.owner_id());
+            pipe.cmd("PTTL").arg(g.name());
+        }
+        let replies: Vec<i64> = pipe
+            .query_async(&mut conn)
+            .await
+            .unwrap_or_else(|e| panic!("observer: {e}"));
+        missing_in_redis += replies.chunks(2).filter(|r| r[0] != 1 || r[1] <= 0).count();
+    }
+    c.nodes()[victim].resume().unwrap_or_else(|e| panic!("{e}"));
+
+    // Another client tries every lock once: a stalled hold it gets must
+    // have been reported lost before it tried; a healthy one it must not get.
+    let observer_client = client(&c.url(), Duration::from_secs(30));
+    let mut taken_while_held = 0;
+    let mut taken_after_resume = 0;
+    let mut healthy_taken = 0;
+    for (p, on_primary) in guards.iter().enumerate() {
+        for (chunk_i, chunk) in on_primary.chunks(250).enumerate() {
+            let tried = Instant::now();
+            let got = futures_util::future::join_all(chunk.iter().map(|g| {
+                let lock = observer_client
+                    .lock(g.name())
+                    .unwrap_or_else(|e| panic!("{e}"));
+                async move {
+                    tokio::time::timeout(Duration::from_secs(5), lock.try_acquire())
+                        .await
+                        .ok()
+                        .and_then(Result::ok)
+                        .flatten()
+                }
+            }))
+            .await;
+            for (j, got) in got.into_iter().enumerate() {
+                let Some(other) = got else { continue };
+                let k = chunk_i * 250 + j;
+                if p == victim {
+                    taken_after_resume += 1;
+                    let reported = lost_at[k].is_some_and(|at| at <= tried);
+                    if !reported || on_primary[k].is_held() {
+                        taken_while_held += 1;
+                    }
+                } else {
+                    healthy_taken += 1;
+                }
+                let _ = other.release().await;
+            }
+        }
+    }
+    let reported: Vec<Duration> = lost_at
+        .iter()
+        .flatten()
+        .map(|at| at.duration_since(stopped))
+        .collect();
+    let figures = StallFigures {
+        lost_per_primary,
+        reported_lost_after: reported
+            .iter()
+            .min()
+            .copied()
+            .zip(reported.iter().max().copied()),
+        probes_failed,
+        probe_slowest,
+        missing_in_redis,
+        taken_while_held,
+        taken_after_resume,
+        healthy_taken,
+    };
+    println!(
+        "command_timeout {command_timeout:?}, watchdog {watchdog:?}, stall {stall:?}: {figures:?}"
+    );
+    for g in guards.into_iter().flatten() {
+        let _ = g.release().await;
+    }
+    figures
+}
+
+/// Checks one [`one_stalled_primary`] run: the stalled primary costs its
+/// own holds only, reported lost by their deadline (the lease after the
+/// stop, plus timer slack), before anyone else gets them; single commands to
+/// the healthy primaries keep working.
+fn assert_isolated(f: &StallFigures, lease: Duration) {
+    assert_eq!(
+        f.lost_per_primary[0] + f.lost_per_primary[1],
+        0,
+        "holds lost on the healthy primaries: {f:?}"
+    );
+    assert_eq!(
+        f.missing_in_redis, 0,
+        "healthy holds missing in Redis: {f:?}"
+    );
+    assert_eq!(
+        f.healthy_taken, 0,
+        "healthy holds taken by another client: {f:?}"
+    );
+    assert_eq!(
+        f.lost_per_primary[2], 1000,
+        "every stalled hold is lost (stall > lease): {f:?}"
+    );
+    let (_, last) = f
+        .reported_lost_after
+        .unwrap_or_else(|| panic!("no stalled hold reported lost: {f:?}"));
+    assert!(
+        last <= lease + Duration::from_millis(300),
+        "reported lost by the deadline: {f:?}"
+    );
+    assert_eq!(f.taken_while_held, 0, "taken before reported lost: {f:?}");
+    assert!(
+        f.taken_after_resume > 0,
+        "the observer got none of the lost holds: {f:?}"
+    );
+    assert_eq!(
+        f.probes_failed, 0,
+        "single commands to a healthy primary failed: {f:?}"
+    );
+    assert!(
+        f.probe_slowest < Duration::from_millis(500),
+        "single commands to a healthy primary held up: {f:?}"
+    );
+}
+
+/// A stalled primary (SIGSTOP, no failover) with `command_timeout` below
+/// the renewal period: redis-rs's response time-outs fire first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_primary_costs_only_its_own_holds_with_a_short_command_timeout() {
+    let f = one_stalled_primary(Duration::from_millis(400)).await;
+    assert_isolated(&f, Duration::from_secs(3));
+}
+
+/// The same with `command_timeout` above the renewal period: the
+/// watchdog's own per-call deadlines fire first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_primary_costs_only_its_own_holds_with_a_long_command_timeout() {
+    let f = one_stalled_primary(Duration::from_secs(2)).await;
+    assert_isolated(&f, Duration::from_secs(3));
 }
