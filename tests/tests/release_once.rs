@@ -33,6 +33,39 @@ fn client_through(proxy: &FaultProxy) -> LockClient {
         .expect("client")
 }
 
+/// A server, a fault proxy in front of it, a client through the proxy with
+/// the lock's scripts loaded, an observer client and a raw connection
+/// straight to the server.
+struct Rig {
+    server: lock_tests::RedisServer,
+    proxy: FaultProxy,
+    observer: LockClient,
+    conn: redis::aio::MultiplexedConnection,
+    lock: lock_core::Lock,
+}
+
+async fn rig(key: &str) -> Rig {
+    let server = common::server();
+    let proxy = FaultProxy::start(server.addr()).expect("proxy");
+    let client = client_through(&proxy);
+    let observer = common::client_for(&server, 6_000);
+    let conn = raw(&server).await;
+    let lock = client.lock(key).expect("name");
+    lock.acquire()
+        .await
+        .expect("warm")
+        .release()
+        .await
+        .expect("warm");
+    Rig {
+        server,
+        proxy,
+        observer,
+        conn,
+        lock,
+    }
+}
+
 /// Tries to take `name` every 10 ms for `window`, as another client; returns
 /// how many times it got in.
 async fn observer_gets_in(observer: &LockClient, name: &str, window: Duration) -> usize {
@@ -51,19 +84,14 @@ async fn observer_gets_in(observer: &LockClient, name: &str, window: Duration) -
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_late_first_copy_of_an_inner_release_never_frees_the_outer_hold() {
-    let server = common::server();
-    let proxy = FaultProxy::start(server.addr()).expect("proxy");
-    let client = client_through(&proxy);
-    let observer = common::client_for(&server, 6_000);
-    let mut conn = raw(&server).await;
+    let Rig {
+        server: _server,
+        proxy,
+        observer,
+        mut conn,
+        lock,
+    } = rig("late-release").await;
     let key = "late-release";
-    let lock = client.lock(key).expect("name");
-    lock.acquire()
-        .await
-        .expect("warm")
-        .release()
-        .await
-        .expect("warm");
     // Past the command time-out (the client retries) and past the longest
     // latch this client writes (1 s at these settings): the fix must not
     // rely on a latch outliving the delay.
@@ -125,19 +153,14 @@ async fn a_late_first_copy_of_an_inner_release_never_frees_the_outer_hold() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failed_inner_release_leaves_the_outer_hold_in_place() {
-    let server = common::server();
-    let proxy = FaultProxy::start(server.addr()).expect("proxy");
-    let client = client_through(&proxy);
-    let observer = common::client_for(&server, 6_000);
-    let mut conn = raw(&server).await;
+    let Rig {
+        server: _server,
+        proxy,
+        observer,
+        mut conn,
+        lock,
+    } = rig("failed-inner").await;
     let key = "failed-inner";
-    let lock = client.lock(key).expect("name");
-    lock.acquire()
-        .await
-        .expect("warm")
-        .release()
-        .await
-        .expect("warm");
     // Never sent on (black hole), or applied with its reply lost and every
     // retry unanswered; the held-back copies land after the heal.
     for lost_reply_first in [false, true] {
