@@ -13,12 +13,15 @@ use crate::config::{ClientBuilder, ClientConfig, ErrorHook};
 use crate::connection::{build_pool, Conn, Lane, Manager, Pool};
 use crate::error::{Error, Result};
 use crate::hold::Hold;
-use crate::keys::LockKeys;
 use crate::lock::Lock;
 use crate::metrics;
+use crate::protocol::cancel::{CancelCall, CancelMode, CancelReply};
+use crate::protocol::handoff::{HandOffCall, HandOffReply};
+use crate::protocol::keys::LockKeys;
+use crate::protocol::release::{ReleaseCall, ReleaseReply};
+use crate::protocol::{Script, Scripts};
 use crate::pubsub::PubSub;
 use crate::queue::LocalQueues;
-use crate::scripts::{Script, Scripts};
 use crate::sharding::Sharding;
 use crate::watchdog::Watchdog;
 
@@ -397,7 +400,7 @@ impl Core {
                 .hand_off(keys, &owner, &next_owner, next_lease_ms)
                 .await
             {
-                Ok(HandOff::Given { token }) => {
+                Ok(HandOffReply::Given { token }) => {
                     let Some(hold) = Hold::granted(
                         keys.clone(),
                         next_owner.clone(),
@@ -442,12 +445,12 @@ impl Core {
                     owner = next_owner;
                     lease_ms = next_lease_ms;
                 }
-                Ok(HandOff::NotHeld) => {
+                Ok(HandOffReply::NotHeld) => {
                     self.queues.withdraw(&keys.lock, &next);
                     self.queues.ended(&keys.lock, &owner);
                     return first.unwrap_or(Ok(Released::NotHeld));
                 }
-                Ok(HandOff::Freed) => {
+                Ok(HandOffReply::Freed) => {
                     self.queues.withdraw(&keys.lock, &next);
                     self.queues.ended(&keys.lock, &owner);
                     return first.unwrap_or(Ok(Released::Freed));
@@ -507,48 +510,39 @@ impl Core {
         lease_ms: u64,
     ) -> Result<bool> {
         let publish = self.publish_command().await?;
-        let cmd = self.scripts.cancel.evalsha(
-            &[keys.lock.as_str(), keys.channel.as_str(), latch],
-            (
-                owner,
-                mode.as_arg(),
-                crate::keys::UNLOCK_MESSAGE,
-                self.cancel_latch_ms(lease_ms),
-                publish,
-            ),
-        );
+        let cmd = CancelCall {
+            keys,
+            latch,
+            owner,
+            mode,
+            latch_ms: self.cancel_latch_ms(lease_ms),
+            publish,
+        }
+        .cmd(&self.scripts.cancel);
         let reply = self
             .run_with_retries(keys, &self.scripts.cancel, &cmd, || {})
             .await?;
-        match reply {
-            Value::Int(n) => {
-                if n == 1 {
-                    tracing::debug!(
-                        lock = %keys.name,
-                        key = %keys.lock,
-                        owner,
-                        "a lock acquisition with a lost reply was undone"
-                    );
-                    self.queues.ended(&keys.lock, owner);
-                }
-                Ok(n == 1)
-            }
-            other => Err(Error::Protocol(format!("cancel script answered {other:?}"))),
+        let undone = CancelReply::parse(&reply)? == CancelReply::Undone;
+        if undone {
+            tracing::debug!(
+                lock = %keys.name,
+                key = %keys.lock,
+                owner,
+                "a lock acquisition with a lost reply was undone"
+            );
+            self.queues.ended(&keys.lock, owner);
         }
+        Ok(undone)
     }
 
     /// Redis refused to PUBLISH an unlock message (ACL): the lock was freed,
     /// but waiters of other clients only notice by their PTTL-bounded
     /// retries. Reported once (tracing and the error hook).
-    pub(crate) fn publish_denied(&self, keys: &LockKeys, reply: &Value) {
+    pub(crate) fn publish_denied(&self, keys: &LockKeys, refusal: &str) {
         if self.publish_denial_reported.swap(true, Ordering::AcqRel) {
             return;
         }
-        let text = match reply {
-            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-            Value::SimpleString(s) => s.clone(),
-            other => format!("{other:?}"),
-        };
+        let text = refusal.to_string();
         tracing::warn!(lock = %keys.name, key = %keys.lock, error = %text, "Redis refused to publish the lock's unlock message (ACL): locks are released, but other clients' waiters only notice when they retry");
         self.report(&Error::Redis(redis::RedisError::from((
             redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm),
@@ -632,23 +626,16 @@ impl Core {
     ) -> Result<ReleaseOutcome> {
         let publish = self.publish_command().await?;
         let turn_ms = duration_ms(self.turn_window());
-        let cmd = self.scripts.release.evalsha(
-            &[
-                keys.lock.as_str(),
-                keys.channel.as_str(),
-                keys.queue.as_str(),
-                keys.turn.as_str(),
-            ],
-            (
-                owner,
-                lease_ms,
-                crate::keys::UNLOCK_MESSAGE,
-                &*self.client_id,
-                turn_ms,
-                counts.max(1),
-                publish,
-            ),
-        );
+        let cmd = ReleaseCall {
+            keys,
+            owner,
+            lease_ms,
+            client_id: &self.client_id,
+            turn_ms,
+            counts,
+            publish,
+        }
+        .cmd(&self.scripts.release);
         let retried = std::sync::atomic::AtomicBool::new(false);
         let reply = self
             .run_with_retries(keys, &self.scripts.release, &cmd, || {
@@ -656,28 +643,22 @@ impl Core {
                 on_retry()
             })
             .await?;
-        match reply {
+        Ok(match ReleaseReply::parse(&reply)? {
             // A retry of a release that took the last count: the first
             // attempt was applied and its reply lost (the hold's owner id
             // is its own, so nothing else can have removed it but its
             // expiry, which frees the lock just the same).
-            Value::Nil if retried.load(Ordering::Relaxed) && counts <= 1 => {
-                Ok(ReleaseOutcome::Freed { told: 0 })
+            ReleaseReply::NotHeld if retried.load(Ordering::Relaxed) && counts <= 1 => {
+                ReleaseOutcome::Freed { told: 0 }
             }
-            Value::Nil => Ok(ReleaseOutcome::NotHeld),
-            // Freed; its unlock message was refused (ACL).
-            Value::BulkString(_) | Value::SimpleString(_) => {
-                self.publish_denied(keys, &reply);
-                Ok(ReleaseOutcome::Freed { told: 0 })
+            ReleaseReply::NotHeld => ReleaseOutcome::NotHeld,
+            ReleaseReply::FreedUntold { refusal } => {
+                self.publish_denied(keys, &refusal);
+                ReleaseOutcome::Freed { told: 0 }
             }
-            Value::Int(0) => Ok(ReleaseOutcome::HoldsRemain),
-            Value::Int(n) if n >= 1 => Ok(ReleaseOutcome::Freed {
-                told: usize::try_from(n - 1).unwrap_or(usize::MAX),
-            }),
-            other => Err(Error::Protocol(format!(
-                "release script answered {other:?}"
-            ))),
-        }
+            ReleaseReply::HoldsRemain => ReleaseOutcome::HoldsRemain,
+            ReleaseReply::Freed { told } => ReleaseOutcome::Freed { told },
+        })
     }
 
     /// Ends the hold `owner` (its last count): the lock goes to `next` with
@@ -688,48 +669,24 @@ impl Core {
         owner: &str,
         next: &str,
         next_lease_ms: u64,
-    ) -> Result<HandOff> {
+    ) -> Result<HandOffReply> {
         let publish = self.publish_command().await?;
         let (latch, latch_ms) = self.latch(keys);
-        let next_latch = keys.latch(next);
-        let cmd = self.scripts.handoff.evalsha(
-            &[
-                keys.lock.as_str(),
-                keys.token.as_str(),
-                latch.as_str(),
-                next_latch.as_str(),
-                keys.channel.as_str(),
-            ],
-            (
-                owner,
-                latch_ms,
-                next,
-                next_lease_ms,
-                self.token_retention_ms(),
-                crate::keys::UNLOCK_MESSAGE,
-                publish,
-            ),
-        );
+        let cmd = HandOffCall {
+            keys,
+            latch: &latch,
+            latch_ms,
+            owner,
+            next,
+            next_lease_ms,
+            token_retention_ms: self.token_retention_ms(),
+            publish,
+        }
+        .cmd(&self.scripts.handoff);
         let reply = self
             .run_with_retries(keys, &self.scripts.handoff, &cmd, || {})
             .await?;
-        let pair = match &reply {
-            Value::Array(items) => match items.as_slice() {
-                [Value::Int(kind), Value::Int(value)] => Some((*kind, *value)),
-                _ => None,
-            },
-            _ => None,
-        };
-        match pair {
-            Some((-1, _)) => Ok(HandOff::NotHeld),
-            Some((3, token)) if token >= 0 => Ok(HandOff::Given {
-                token: token as u64,
-            }),
-            Some((4, _)) => Ok(HandOff::Freed),
-            _ => Err(Error::Protocol(format!(
-                "handoff script answered {reply:?}"
-            ))),
-        }
+        HandOffReply::parse(&reply)
     }
 
     /// Runs a release-type script, retrying transient failures with the
@@ -801,35 +758,6 @@ impl Released {
             Released::HoldsRemain => tracing::debug!("lock re-entry released; still held"),
             // The hold is marked gone by the caller: "lock lost" says it.
             Released::NotHeld => {}
-        }
-    }
-}
-
-/// What a release with hand-off did.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum HandOff {
-    NotHeld,
-    /// The lock was freed instead (the hand-off had been cancelled).
-    Freed,
-    Given {
-        token: u64,
-    },
-}
-
-/// Which kind of acquisition a cancellation undoes (see `cancel.lua`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum CancelMode {
-    /// A fresh acquisition (or hand-off) of a new hold.
-    New,
-    /// A re-entry of an existing hold.
-    Reentry,
-}
-
-impl CancelMode {
-    pub(crate) fn as_arg(self) -> &'static str {
-        match self {
-            CancelMode::New => "new",
-            CancelMode::Reentry => "re",
         }
     }
 }

@@ -10,8 +10,8 @@ use tokio_util::sync::CancellationToken;
 use crate::context::LockContext;
 use crate::error::{Error, Result};
 use crate::hold::Hold;
-use crate::keys::LockKeys;
 use crate::lock::Lock;
+use crate::protocol::keys::LockKeys;
 
 /// A held lock, seen from the code that runs under it. Cheap to clone
 /// (two `Arc`s); `Send + Sync + 'static`, so it can go into a request's

@@ -38,8 +38,8 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::keys::LockKeys;
 use crate::metrics::HeldGauge;
+use crate::protocol::keys::LockKeys;
 
 /// The part of a lease that is not trusted: clocks of the client and of the
 /// Redis server may run at slightly different rates, and timers fire late.

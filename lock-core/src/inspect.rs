@@ -440,7 +440,7 @@ async fn read_batch(core: &Core, prefix: &str, keys: &[String]) -> Result<Vec<Lo
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::keys::LockKeys;
+    use crate::protocol::keys::LockKeys;
 
     #[test]
     fn helper_prefixes_match_the_key_layout() -> Result<()> {

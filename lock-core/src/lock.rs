@@ -8,13 +8,17 @@ use redis::Value;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::client::{CancelMode, Core, LockClient, ReleaseJob, Released};
+use crate::client::{Core, LockClient, ReleaseJob, Released};
 use crate::context::LockContext;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::Hold;
-use crate::keys::{LockKeys, UNLOCK_MESSAGE};
 use crate::metrics::{self, AcquireOutcome};
+use crate::protocol::acquire::{AcquireCall, AcquireMode, AcquireReply, Line};
+use crate::protocol::cancel::CancelMode;
+use crate::protocol::force_unlock::{force_unlock_cmd, ForceUnlockReply};
+use crate::protocol::keys::LockKeys;
+use crate::protocol::unexpected_reply;
 use crate::pubsub::{Status, Subscription};
 use crate::queue::{Holding, Turn, Waiter};
 use crate::replicas::{Confirmed, ReplicaAck};
@@ -970,9 +974,9 @@ impl Lock {
         let sent_at = Instant::now();
         let line = match waiter_id {
             Some(_) => core.queues.line_mode(&self.keys.lock),
-            None => "0",
+            None => Line::Once,
         };
-        let cmd = self.acquire_cmd(&latch, &owner, CancelMode::New, lease_ms, line);
+        let cmd = self.acquire_cmd(&latch, &owner, AcquireMode::New(line), lease_ms);
         let reply = match core
             .run_script_within(&core.scripts.acquire, &cmd, limit)
             .await
@@ -1007,11 +1011,9 @@ impl Lock {
                 return Err(e);
             }
         };
-        let (kind, value) = pair(&reply).ok_or_else(|| protocol("acquire", &reply))?;
-        match kind {
-            0 => Ok(Attempt::Held { pttl_ms: value }),
-            1 => {
-                let token = u64::try_from(value).map_err(|_| protocol("acquire", &reply))?;
+        match AcquireReply::parse(&reply)? {
+            AcquireReply::Held { pttl_ms } => Ok(Attempt::Held { pttl_ms }),
+            AcquireReply::Acquired { token } => {
                 let Some(hold) = Hold::granted(
                     self.keys.clone(),
                     owner.clone(),
@@ -1036,41 +1038,30 @@ impl Lock {
                     .acquired(&self.keys.lock, Holding::new(hold.clone()), waiter_id);
                 Ok(Attempt::Acquired(LockGuard::new(self.clone(), hold, lease)))
             }
-            _ => Err(protocol("acquire", &reply)),
+            other => Err(other.unexpected_here()),
         }
     }
 
     /// The acquire script call for the hold `owner` (see `acquire.lua`).
-    /// `line`: how the caller stands in the line of waiting clients (`"0"` a
-    /// single attempt, `"1"` a waiting head, `"2"` a waiting head whose
-    /// client has its place; see `acquire.lua`).
     fn acquire_cmd(
         &self,
         latch: &str,
         owner: &str,
-        mode: CancelMode,
+        mode: AcquireMode,
         lease_ms: u64,
-        line: &str,
     ) -> redis::Cmd {
         let core = &self.client.inner.core;
-        core.scripts.acquire.evalsha(
-            &[
-                self.keys.lock.as_str(),
-                self.keys.token.as_str(),
-                latch,
-                self.keys.queue.as_str(),
-                self.keys.turn.as_str(),
-            ],
-            (
-                lease_ms,
-                owner,
-                mode.as_arg(),
-                core.token_retention_ms(),
-                core.latch_ms(),
-                &*core.client_id,
-                line,
-            ),
-        )
+        AcquireCall {
+            keys: &self.keys,
+            latch,
+            owner,
+            mode,
+            lease_ms,
+            token_retention_ms: core.token_retention_ms(),
+            latch_ms: core.latch_ms(),
+            client_id: &core.client_id,
+        }
+        .cmd(&core.scripts.acquire)
     }
 
     /// Re-enters `hold` (one more count); runs to its end like [`Lock::attempt`].
@@ -1149,7 +1140,7 @@ impl Lock {
         let lease_ms = lease_ms(lease, core.config.watchdog_timeout);
         let latch = self.keys.latch(&core.request_id());
         let sent_at = Instant::now();
-        let cmd = self.acquire_cmd(&latch, &hold.owner, CancelMode::Reentry, lease_ms, "0");
+        let cmd = self.acquire_cmd(&latch, &hold.owner, AcquireMode::Reentry, lease_ms);
         let cancel = |latch: String| ReleaseJob::Cancel {
             keys: self.keys.clone(),
             owner: hold.owner.clone(),
@@ -1183,8 +1174,8 @@ impl Lock {
                 return Err(e);
             }
         };
-        match pair(&reply) {
-            Some((2, _)) => {
+        match AcquireReply::parse(&reply)? {
+            AcquireReply::Reentered => {
                 if !hold.extend(sent_at, lease_time) {
                     // Confirmed after the hold's deadline: not handed out.
                     self.client.release_in_background(cancel(latch));
@@ -1196,12 +1187,12 @@ impl Lock {
                     lease,
                 )))
             }
-            Some((-1, _)) => {
+            AcquireReply::Gone => {
                 hold.mark_gone("the hold was gone when it was re-entered");
                 core.queues.ended(&self.keys.lock, &hold.owner);
                 Ok(Reentry::Gone)
             }
-            _ => Err(protocol("acquire", &reply)),
+            other => Err(other.unexpected_here()),
         }
     }
 
@@ -1219,26 +1210,23 @@ impl Lock {
     pub async fn force_unlock(&self) -> Result<bool> {
         let core = &self.client.inner.core;
         let publish = core.publish_command().await?;
-        let cmd = core.scripts.force_unlock.evalsha(
-            &[self.keys.lock.as_str(), self.keys.channel.as_str()],
-            (UNLOCK_MESSAGE, publish),
+        let cmd = force_unlock_cmd(&core.scripts.force_unlock, &self.keys, publish);
+        let reply = core.run_script(&core.scripts.force_unlock, &cmd).await?;
+        let deleted = match ForceUnlockReply::parse(&reply)? {
+            ForceUnlockReply::DeletedUntold { refusal } => {
+                core.publish_denied(&self.keys, &refusal);
+                true
+            }
+            ForceUnlockReply::Deleted => true,
+            ForceUnlockReply::NotFound => false,
+        };
+        tracing::debug!(
+            lock = %self.keys.name,
+            key = %self.keys.lock,
+            deleted,
+            "lock force-unlocked"
         );
-        match core.run_script(&core.scripts.force_unlock, &cmd).await? {
-            reply @ (Value::BulkString(_) | Value::SimpleString(_)) => {
-                core.publish_denied(&self.keys, &reply);
-                Ok(true)
-            }
-            Value::Int(n) => {
-                tracing::debug!(
-                    lock = %self.keys.name,
-                    key = %self.keys.lock,
-                    deleted = n == 1,
-                    "lock force-unlocked"
-                );
-                Ok(n == 1)
-            }
-            other => Err(protocol("force_unlock", &other)),
-        }
+        Ok(deleted)
     }
 
     /// Whether any owner holds the lock now.
@@ -1253,7 +1241,7 @@ impl Lock {
         cmd.arg(self.keys.lock.as_str());
         match self.client.inner.core.run_cmd(&cmd).await? {
             Value::Int(n) => Ok(n > 0),
-            other => Err(protocol("EXISTS", &other)),
+            other => Err(unexpected_reply("EXISTS", &other)),
         }
     }
 
@@ -1313,7 +1301,7 @@ impl Lock {
             Value::Int(-2) => Ok(None),
             Value::Int(-1) => Ok(Some(Duration::MAX)),
             Value::Int(ms) if ms >= 0 => Ok(Some(Duration::from_millis(ms as u64))),
-            other => Err(protocol("PTTL", &other)),
+            other => Err(unexpected_reply("PTTL", &other)),
         }
     }
 
@@ -1518,19 +1506,4 @@ fn subscribe_denied(why: &str) -> Error {
         "cannot subscribe to the lock's unlock channel",
         why.to_string(),
     )))
-}
-
-/// A `{kind, value}` script reply.
-fn pair(reply: &Value) -> Option<(i64, i64)> {
-    match reply {
-        Value::Array(items) => match items.as_slice() {
-            [Value::Int(kind), Value::Int(value)] => Some((*kind, *value)),
-            _ => None,
-        },
-        _ => None,
-    }
-}
-
-fn protocol(what: &str, reply: &Value) -> Error {
-    Error::Protocol(format!("{what} answered {reply:?}"))
 }

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
 use crate::endpoint::Endpoint;
-use crate::keys::UNLOCK_MESSAGE;
+use crate::protocol::keys::UNLOCK_MESSAGE;
 use crate::sharding::Sharding;
 
 #[path = "pubsub_cluster.rs"]

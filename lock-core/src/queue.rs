@@ -26,6 +26,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 
 use crate::hold::Hold;
+use crate::protocol::acquire::Line;
 use crate::pubsub::Subscription;
 
 static NEXT_WAITER: AtomicU64 = AtomicU64::new(1);
@@ -280,11 +281,11 @@ impl LocalQueues {
     /// How the head's attempt stands in the line of waiting clients (see
     /// `acquire.lua`): `"2"` when this client has its place already, else
     /// `"1"`.
-    pub(crate) fn line_mode(&self, key: &str) -> &'static str {
+    pub(crate) fn line_mode(&self, key: &str) -> Line {
         if self.locked().get(key).is_some_and(|s| s.in_redis_line) {
-            "2"
+            Line::PlaceKept
         } else {
-            "1"
+            Line::Head
         }
     }
 
@@ -548,8 +549,8 @@ mod tests {
 
     static NEXT: AtomicU64 = AtomicU64::new(1);
 
-    fn keys() -> Arc<crate::keys::LockKeys> {
-        Arc::new(crate::keys::LockKeys::new("", "k", 100).expect("name"))
+    fn keys() -> Arc<crate::protocol::keys::LockKeys> {
+        Arc::new(crate::protocol::keys::LockKeys::new("", "k", 100).expect("name"))
     }
 
     fn hold() -> Arc<Hold> {

@@ -12,7 +12,9 @@ use redis::Value;
 
 use crate::client::Core;
 use crate::error::{Error, Result};
-use crate::keys::LockKeys;
+use crate::protocol::confirm::{confirm_cmd, ConfirmReply};
+use crate::protocol::keys::LockKeys;
+use crate::protocol::unexpected_reply;
 
 /// Longest accepted replica wait.
 const MAX_REPLICA_WAIT: Duration = Duration::from_secs(3600);
@@ -136,11 +138,10 @@ impl Core {
         };
         let suspect = conn.suspect();
         let confirm = async {
-            let cmd = self.scripts.confirm.evalsha(&[keys.lock.as_str()], owner);
-            match self.scripts.confirm.run(conn, &cmd).await? {
-                Value::Int(1) => {}
-                Value::Int(0) => return Ok(Confirmed::Gone),
-                other => return Err(protocol("confirm", &other)),
+            let cmd = confirm_cmd(&self.scripts.confirm, keys, owner);
+            let reply = self.scripts.confirm.run(conn, &cmd).await?;
+            if ConfirmReply::parse(&reply)? == ConfirmReply::Gone {
+                return Ok(Confirmed::Gone);
             }
             let mut wait = redis::cmd("WAIT");
             wait.arg(ack.replicas).arg(ack.timeout_ms());
@@ -150,7 +151,7 @@ impl Core {
                 .await?
             {
                 Value::Int(n) => Ok(Confirmed::Acknowledged(u32::try_from(n).unwrap_or(0))),
-                other => Err(protocol("WAIT", &other)),
+                other => Err(unexpected_reply("WAIT", &other)),
             }
         };
         let result = match tokio::time::timeout_at(deadline, confirm).await {
@@ -165,10 +166,6 @@ impl Core {
         }
         result
     }
-}
-
-fn protocol(what: &str, reply: &Value) -> Error {
-    Error::Protocol(format!("{what} answered {reply:?}"))
 }
 
 #[cfg(test)]

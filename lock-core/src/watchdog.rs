@@ -60,7 +60,6 @@ use std::time::Duration;
 
 use futures_util::stream::FuturesUnordered;
 use futures_util::StreamExt;
-use redis::Value;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
@@ -70,6 +69,7 @@ use crate::connection::Lane as ConnLane;
 use crate::error::Error;
 use crate::hold::Hold;
 use crate::metrics::RenewalFailure;
+use crate::protocol::renew::parse_renewals;
 use crate::slot_owners::{key_slot, SlotMap, SlotOwners};
 
 /// Renewals per script call (one round trip).
@@ -918,26 +918,7 @@ async fn renew_batch(
             Ok(script.run(&mut conn, &batch.cmd).await?)
         })
         .await?;
-    let answers: &[u8] = match &reply {
-        Value::BulkString(bytes) => bytes,
-        Value::SimpleString(s) => s.as_bytes(),
-        _ => return Err(Error::Protocol(format!("renew script answered {reply:?}"))),
-    };
-    if answers.len() != batch.renewals.len() {
-        return Err(Error::Protocol(format!(
-            "renew script answered {} results for {} locks",
-            answers.len(),
-            batch.renewals.len()
-        )));
-    }
-    Ok(answers
-        .iter()
-        .map(|a| match a {
-            b'1' => Some(true),
-            b'0' => Some(false),
-            _ => None,
-        })
-        .collect())
+    parse_renewals(&reply, batch.renewals.len())
 }
 
 #[cfg(test)]
@@ -977,8 +958,9 @@ mod tests {
     }
 
     fn hold_named(name: &str, owner: &str) -> Arc<Hold> {
-        let keys =
-            Arc::new(crate::keys::LockKeys::new("", name, 1024).unwrap_or_else(|e| panic!("{e}")));
+        let keys = Arc::new(
+            crate::protocol::keys::LockKeys::new("", name, 1024).unwrap_or_else(|e| panic!("{e}")),
+        );
         let fresh = Hold::granted(
             keys,
             owner.into(),
@@ -1017,7 +999,8 @@ mod tests {
         assert_eq!(cached.valid_until, far);
         // A hold whose own deadline passed is not valid.
         let keys = Arc::new(
-            crate::keys::LockKeys::new("", "short", 1024).unwrap_or_else(|e| panic!("{e}")),
+            crate::protocol::keys::LockKeys::new("", "short", 1024)
+                .unwrap_or_else(|e| panic!("{e}")),
         );
         let short = Hold::granted(keys, "o:2".into(), 1, None, now, Duration::from_millis(50))
             .unwrap_or_else(|| panic!("a fresh grant is valid"));

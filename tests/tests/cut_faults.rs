@@ -23,15 +23,15 @@ fn sha(source: &str) -> String {
 }
 
 fn acquire_sha() -> String {
-    sha(include_str!("../../lock-core/src/scripts/acquire.lua"))
+    sha(include_str!("../../lock-core/src/protocol/acquire.lua"))
 }
 
 fn release_sha() -> String {
-    sha(include_str!("../../lock-core/src/scripts/release.lua"))
+    sha(include_str!("../../lock-core/src/protocol/release.lua"))
 }
 
 fn renew_sha() -> String {
-    sha(include_str!("../../lock-core/src/scripts/renew.lua"))
+    sha(include_str!("../../lock-core/src/protocol/renew.lua"))
 }
 
 struct Rig {

@@ -19,7 +19,7 @@ use lock_core::{Error, LockClient};
 use lock_tests::{CommandMatch, Fault, FaultProxy, ReplicatedPair};
 
 fn renew_sha() -> String {
-    redis::Script::new(include_str!("../../lock-core/src/scripts/renew.lua"))
+    redis::Script::new(include_str!("../../lock-core/src/protocol/renew.lua"))
         .get_hash()
         .to_string()
 }

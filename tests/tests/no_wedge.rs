@@ -12,7 +12,7 @@ use lock_core::{in_context, LockClient};
 use lock_tests::{CommandMatch, Fault, FaultProxy};
 
 fn release_sha() -> String {
-    redis::Script::new(include_str!("../../lock-core/src/scripts/release.lua"))
+    redis::Script::new(include_str!("../../lock-core/src/protocol/release.lua"))
         .get_hash()
         .to_string()
 }

@@ -1,4 +1,5 @@
-//! The Lua scripts of the lock protocol, run with EVALSHA (loaded on NOSCRIPT).
+//! One Lua script (its source, SHA-1 and `EVALSHA` command), run with
+//! EVALSHA and loaded on NOSCRIPT.
 
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind, Value};
@@ -9,11 +10,11 @@ use crate::connection::Conn;
 #[derive(Debug)]
 pub(crate) struct Script {
     source: &'static str,
-    sha: String,
+    pub(super) sha: String,
 }
 
 impl Script {
-    fn new(source: &'static str) -> Self {
+    pub(super) fn new(source: &'static str) -> Self {
         Script {
             source,
             sha: redis::Script::new(source).get_hash().to_string(),
@@ -84,79 +85,6 @@ impl Script {
     }
 }
 
-pub(crate) fn is_noscript(e: &redis::RedisError) -> bool {
+fn is_noscript(e: &redis::RedisError) -> bool {
     e.kind() == ErrorKind::Server(ServerErrorKind::NoScript)
-}
-
-/// The scripts of the protocol.
-#[derive(Debug)]
-pub(crate) struct Scripts {
-    pub(crate) acquire: Script,
-    pub(crate) release: Script,
-    /// Release that hands the lock to the next local waiter at hold count zero.
-    pub(crate) handoff: Script,
-    pub(crate) renew: Script,
-    pub(crate) force_unlock: Script,
-    /// Undoes an acquire or re-entry whose outcome is unknown.
-    pub(crate) cancel: Script,
-    /// A write of an unchanged count by the holder, for `WAIT` to count
-    /// (see `replicas.rs`).
-    pub(crate) confirm: Script,
-}
-
-impl Scripts {
-    pub(crate) fn new() -> Self {
-        Scripts {
-            acquire: Script::new(include_str!("scripts/acquire.lua")),
-            release: Script::new(include_str!("scripts/release.lua")),
-            handoff: Script::new(include_str!("scripts/handoff.lua")),
-            renew: Script::new(include_str!("scripts/renew.lua")),
-            force_unlock: Script::new(include_str!("scripts/force_unlock.lua")),
-            cancel: Script::new(include_str!("scripts/cancel.lua")),
-            confirm: Script::new(include_str!("scripts/confirm.lua")),
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn shas_are_distinct_hex() {
-        let s = Scripts::new();
-        let shas = [
-            &s.acquire.sha,
-            &s.release.sha,
-            &s.handoff.sha,
-            &s.renew.sha,
-            &s.force_unlock.sha,
-            &s.cancel.sha,
-            &s.confirm.sha,
-        ];
-        for sha in shas {
-            assert_eq!(sha.len(), 40);
-            assert!(sha.chars().all(|c| c.is_ascii_hexdigit()));
-        }
-        let mut sorted: Vec<_> = shas.to_vec();
-        sorted.sort();
-        sorted.dedup();
-        assert_eq!(sorted.len(), 7);
-    }
-
-    #[test]
-    fn evalsha_counts_keys() {
-        let s = Scripts::new();
-        let cmd = s.renew.evalsha(&["k"], (100u64, "owner"));
-        let args: Vec<String> = cmd
-            .args_iter()
-            .map(|a| match a {
-                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
-                _ => String::new(),
-            })
-            .collect();
-        assert_eq!(args[0], "EVALSHA");
-        assert_eq!(args[2], "1");
-        assert_eq!(&args[3..], ["k", "100", "owner"]);
-    }
 }

@@ -1,0 +1,130 @@
+//! The wire protocol: the Lua scripts and key names lock-core shares with
+//! Redisson, each script's typed call and reply beside its `.lua` file.
+//!
+//! No caller spells a script's mode string or matches a reply's integer
+//! tag: a call is built from an enum ([`acquire::AcquireMode`],
+//! [`cancel::CancelMode`], the count a release names), and a reply is
+//! parsed into an enum once, here ([`acquire::AcquireReply`],
+//! [`release::ReleaseReply`], …), with one wording for a reply that does
+//! not fit ([`unexpected`]). Imports the transport (to run a script on a
+//! connection) and nothing above it.
+
+pub(crate) mod acquire;
+pub(crate) mod cancel;
+pub(crate) mod confirm;
+pub(crate) mod force_unlock;
+pub(crate) mod handoff;
+pub(crate) mod keys;
+pub(crate) mod release;
+pub(crate) mod renew;
+mod script;
+
+use redis::Value;
+
+use crate::error::Error;
+
+pub(crate) use script::Script;
+
+/// A reply of `script` that fits none of its documented shapes.
+pub(crate) fn unexpected(script: &str, reply: &Value) -> Error {
+    unexpected_reply(&format!("the {script} script"), reply)
+}
+
+/// A reply of `what` (a command, a script) that is not one it gives: the
+/// one wording of a protocol error.
+pub(crate) fn unexpected_reply(what: &str, reply: &Value) -> Error {
+    Error::Protocol(format!("{what} answered {reply:?}"))
+}
+
+/// The `{kind, value}` pair most scripts answer with.
+fn pair(reply: &Value) -> Option<(i64, i64)> {
+    match reply {
+        Value::Array(items) => match items.as_slice() {
+            [Value::Int(kind), Value::Int(value)] => Some((*kind, *value)),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// A text reply (a refused PUBLISH's error text).
+fn text(reply: &Value) -> Option<String> {
+    match reply {
+        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+        Value::SimpleString(s) => Some(s.clone()),
+        _ => None,
+    }
+}
+
+/// The scripts of the protocol.
+#[derive(Debug)]
+pub(crate) struct Scripts {
+    pub(crate) acquire: Script,
+    pub(crate) release: Script,
+    /// Release that hands the lock to the next local waiter at hold count zero.
+    pub(crate) handoff: Script,
+    pub(crate) renew: Script,
+    pub(crate) force_unlock: Script,
+    /// Undoes an acquire or re-entry whose outcome is unknown.
+    pub(crate) cancel: Script,
+    /// A write of an unchanged count by the holder, for `WAIT` to count
+    /// (see `replicas.rs`).
+    pub(crate) confirm: Script,
+}
+
+impl Scripts {
+    pub(crate) fn new() -> Self {
+        Scripts {
+            acquire: Script::new(include_str!("acquire.lua")),
+            release: Script::new(include_str!("release.lua")),
+            handoff: Script::new(include_str!("handoff.lua")),
+            renew: Script::new(include_str!("renew.lua")),
+            force_unlock: Script::new(include_str!("force_unlock.lua")),
+            cancel: Script::new(include_str!("cancel.lua")),
+            confirm: Script::new(include_str!("confirm.lua")),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shas_are_distinct_hex() {
+        let s = Scripts::new();
+        let shas = [
+            &s.acquire.sha,
+            &s.release.sha,
+            &s.handoff.sha,
+            &s.renew.sha,
+            &s.force_unlock.sha,
+            &s.cancel.sha,
+            &s.confirm.sha,
+        ];
+        for sha in shas {
+            assert_eq!(sha.len(), 40);
+            assert!(sha.chars().all(|c| c.is_ascii_hexdigit()));
+        }
+        let mut sorted: Vec<_> = shas.to_vec();
+        sorted.sort();
+        sorted.dedup();
+        assert_eq!(sorted.len(), 7);
+    }
+
+    #[test]
+    fn evalsha_counts_keys() {
+        let s = Scripts::new();
+        let cmd = s.renew.evalsha(&["k"], (100u64, "owner"));
+        let args: Vec<String> = cmd
+            .args_iter()
+            .map(|a| match a {
+                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
+                _ => String::new(),
+            })
+            .collect();
+        assert_eq!(args[0], "EVALSHA");
+        assert_eq!(args[2], "1");
+        assert_eq!(&args[3..], ["k", "100", "owner"]);
+    }
+}
