@@ -10,7 +10,6 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::{ClientBuilder, ClientConfig, ErrorHook};
-use crate::connection::{build_pool, Conn, Lane, Manager, Pool};
 use crate::error::{Error, Result};
 use crate::hold::Hold;
 use crate::lock::Lock;
@@ -20,9 +19,10 @@ use crate::protocol::handoff::{HandOffCall, HandOffReply};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::release::{ReleaseCall, ReleaseReply};
 use crate::protocol::{Script, Scripts};
-use crate::pubsub::PubSub;
 use crate::queue::LocalQueues;
-use crate::sharding::Sharding;
+use crate::transport::connection::{build_pool, Conn, Lane, Manager, Pool};
+use crate::transport::pubsub::sharding::Sharding;
+use crate::transport::pubsub::PubSub;
 use crate::watchdog::Watchdog;
 
 /// A boxed future of this crate's commands (see `Core::run_script_within`).
@@ -48,6 +48,8 @@ pub(crate) struct Core {
     /// The random id of the client: every hold's owner id starts with it.
     pub(crate) client_id: Arc<str>,
     pub(crate) pool: Pool,
+    /// What the server's eviction policy was last seen as (see `eviction.rs`).
+    pub(crate) eviction: crate::eviction::EvictionCheck,
     pub(crate) scripts: Scripts,
     /// Waiters of this client, per lock, and its current holdings.
     pub(crate) queues: LocalQueues,
@@ -211,7 +213,7 @@ impl Core {
         Ok(self
             .sharding
             .sharded(|| async {
-                self.run_cmd(&crate::sharding::probe_cmd())
+                self.run_cmd(&crate::transport::pubsub::sharding::probe_cmd())
                     .await
                     .map_err(|e| match e {
                         Error::Redis(e) => e,
@@ -880,6 +882,7 @@ impl LockClient {
         let core = Arc::new(Core {
             client_id: Arc::from(uuid::Uuid::new_v4().to_string()),
             pool,
+            eviction: crate::eviction::EvictionCheck::default(),
             scripts: Scripts::new(),
             queues: LocalQueues::default(),
             rtt_us: AtomicU64::new(1000),

@@ -5,11 +5,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::client::LockClient;
-use crate::endpoint::{ClusterUrl, SentinelUrl};
 use crate::error::{Error, Result};
 use crate::replicas::ReplicaAck;
-use crate::sharding::PubSubMode;
-use crate::tls::{PemSource, TlsConfig};
+use crate::transport::endpoint::{ClusterUrl, SentinelUrl};
+use crate::transport::pubsub::sharding::PubSubMode;
+use crate::transport::tls::{PemSource, TlsConfig};
 
 /// Default watchdog timeout (the lease of a lock taken without an explicit
 /// lease), as Redisson's `lockWatchdogTimeout`.
@@ -179,7 +179,9 @@ impl ClientConfig {
             ack.validate()?;
         }
         if !cfg!(feature = "tls") && is_tls_url(&self.url) {
-            return Err(Error::InvalidArgument(crate::tls::FEATURE_MISSING.into()));
+            return Err(Error::InvalidArgument(
+                crate::transport::tls::FEATURE_MISSING.into(),
+            ));
         }
         let cluster = ClusterUrl::parse(&self.url)?;
         if self.pubsub_mode == PubSubMode::Sharded && cluster.is_none() {
@@ -206,18 +208,22 @@ impl ClientConfig {
             return Err(Error::InvalidArgument("redis url is empty".into()));
         }
         if !cfg!(feature = "tls") && is_tls_url(&self.url) {
-            return Err(Error::InvalidArgument(crate::tls::FEATURE_MISSING.into()));
+            return Err(Error::InvalidArgument(
+                crate::transport::tls::FEATURE_MISSING.into(),
+            ));
         }
         let info = self.url.as_str().into_connection_info().map_err(|e| {
             Error::InvalidArgument(format!(
                 "invalid redis url `{}`: {}",
                 redact(&self.url),
-                crate::endpoint::unparsed_url(&self.url, &e)
+                crate::transport::endpoint::unparsed_url(&self.url, &e)
             ))
         })?;
         if let redis::ConnectionAddr::TcpTls { insecure: true, .. } = info.addr() {
             if !self.tls.danger_accept_invalid_certificates {
-                return Err(Error::InvalidArgument(crate::tls::INSECURE_REFUSED.into()));
+                return Err(Error::InvalidArgument(
+                    crate::transport::tls::INSECURE_REFUSED.into(),
+                ));
             }
         }
         Ok(info)
@@ -685,7 +691,7 @@ mod tests {
 
     #[test]
     fn a_url_that_does_not_parse_lists_the_accepted_forms() {
-        let forms = crate::endpoint::URL_FORMS;
+        let forms = crate::transport::endpoint::URL_FORMS;
         for (url, why) in [
             ("http://x", "unknown scheme `http`"),
             ("redis:/x", "no `<scheme>://` at its start"),

@@ -6,8 +6,8 @@ use redis::aio::ConnectionLike;
 use redis::{Cmd, Pipeline, RedisFuture, Value};
 
 use crate::client::LockClient;
-use crate::connection::Link;
 use crate::error::Result;
+use crate::transport::connection::Link;
 
 /// A redis-rs connection to where the client's locks live: the server, the
 /// primary the sentinels name now, or the whole cluster (commands routed by

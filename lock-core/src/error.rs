@@ -268,7 +268,7 @@ impl Error {
         matches!(self, Error::Redis(e) if ((e.is_connection_dropped() || e.is_io_error())
             && !e.is_timeout()
             && !e.is_connection_refusal())
-            || crate::endpoint::is_read_only(e))
+            || crate::transport::endpoint::is_read_only(e))
     }
 
     pub(crate) fn is_transient(&self) -> bool {

@@ -60,13 +60,13 @@ pub(crate) fn eviction_error(policy: &str) -> Error {
 /// (tracing and the error hook), once per policy seen. Never fails: the
 /// check is advice, and a refusal or a failure only skips it.
 pub(crate) async fn check(core: &Core) {
-    if *core.pool.eviction.state() == State::Unavailable {
+    if *core.eviction.state() == State::Unavailable {
         return;
     }
     let mut cmd = redis::cmd("CONFIG");
     cmd.arg("GET").arg("maxmemory-policy");
     let policy = match core
-        .run_cmd_on(crate::connection::Lane::Inspect, &cmd)
+        .run_cmd_on(crate::transport::connection::Lane::Inspect, &cmd)
         .await
     {
         Ok(reply) => match policy_of(&reply) {
@@ -78,7 +78,7 @@ pub(crate) async fn check(core: &Core) {
         },
         Err(e) if is_unavailable(&e) => {
             tracing::debug!(error = %e, "CONFIG GET maxmemory-policy refused or unknown; eviction check skipped");
-            *core.pool.eviction.state() = State::Unavailable;
+            *core.eviction.state() = State::Unavailable;
             return;
         }
         Err(e) => {
@@ -87,7 +87,7 @@ pub(crate) async fn check(core: &Core) {
         }
     };
     {
-        let mut state = core.pool.eviction.state();
+        let mut state = core.eviction.state();
         if matches!(&*state, State::Seen(p) if *p == policy) {
             return;
         }

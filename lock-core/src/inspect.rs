@@ -8,9 +8,9 @@ use std::time::Duration;
 use redis::{Pipeline, Value};
 
 use crate::client::{Core, LockClient};
-use crate::connection::Lane;
 use crate::error::{Error, Result};
 use crate::lock::Lock;
+use crate::transport::connection::Lane;
 
 /// Key prefixes of the helper keys and channel of a lock (see `keys.rs`);
 /// keys starting with them are never locks themselves.

@@ -400,11 +400,9 @@
 
 mod client;
 mod config;
-mod connection;
 mod context;
 mod data;
 mod default_client;
-mod endpoint;
 mod error;
 mod eviction;
 mod guard;
@@ -414,14 +412,12 @@ mod inspect;
 mod lock;
 mod metrics;
 mod protocol;
-mod pubsub;
 mod queue;
 mod replicas;
 mod run_to_end;
-mod sharding;
 mod shutdown;
 mod slot_owners;
-mod tls;
+mod transport;
 mod watchdog;
 
 pub use client::LockClient;
@@ -439,11 +435,11 @@ pub use held::HeldLock;
 pub use inspect::{LockOwner, LockStatus};
 pub use lock::{AcquireOptions, Lock};
 pub use replicas::ReplicaAck;
-pub use sharding::PubSubMode;
 pub use shutdown::ShutdownReport;
-pub use tls::{PemSource, TlsConfig};
 /// The token type of [`HeldLock::cancellation_token`] (tokio-util's).
 pub use tokio_util::sync::CancellationToken;
+pub use transport::pubsub::sharding::PubSubMode;
+pub use transport::tls::{PemSource, TlsConfig};
 
 /// Takes a distributed lock around an `async fn` (feature `macros`).
 #[cfg(feature = "macros")]

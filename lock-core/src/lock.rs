@@ -19,10 +19,10 @@ use crate::protocol::cancel::CancelMode;
 use crate::protocol::force_unlock::{force_unlock_cmd, ForceUnlockReply};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::unexpected_reply;
-use crate::pubsub::{Status, Subscription};
 use crate::queue::{Holding, Turn, Waiter};
 use crate::replicas::{Confirmed, ReplicaAck};
 use crate::run_to_end::RunToEnd;
+use crate::transport::pubsub::{Status, Subscription};
 
 /// How long an acquisition may wait.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -27,7 +27,7 @@ use tokio::time::Instant;
 
 use crate::hold::Hold;
 use crate::protocol::acquire::Line;
-use crate::pubsub::Subscription;
+use crate::transport::pubsub::Subscription;
 
 static NEXT_WAITER: AtomicU64 = AtomicU64::new(1);
 

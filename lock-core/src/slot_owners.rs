@@ -268,7 +268,7 @@ async fn read(
         let attempt = async {
             let mut conn = core
                 .pool
-                .checkout(crate::connection::Lane::Renewals)
+                .checkout(crate::transport::connection::Lane::Renewals)
                 .await
                 .ok()?;
             let cluster = conn.cluster()?;

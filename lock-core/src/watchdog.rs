@@ -65,12 +65,12 @@ use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use crate::client::Core;
-use crate::connection::Lane as ConnLane;
 use crate::error::Error;
 use crate::hold::Hold;
 use crate::metrics::RenewalFailure;
 use crate::protocol::renew::parse_renewals;
 use crate::slot_owners::{key_slot, SlotMap, SlotOwners};
+use crate::transport::connection::Lane as ConnLane;
 
 /// Renewals per script call (one round trip).
 const BATCH: usize = 512;

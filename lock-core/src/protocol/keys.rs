@@ -4,7 +4,7 @@ use crate::error::{Error, Result};
 
 /// Payload published on a lock's channel when a mutex is released: wake one
 /// waiter per client (Redisson's `UNLOCK_MESSAGE`).
-pub(crate) const UNLOCK_MESSAGE: &str = "0";
+pub(crate) const UNLOCK_MESSAGE: &str = crate::transport::pubsub::WAKE_ONE;
 
 /// The kinds of helper names of a lock (Redisson's prefixes).
 const CHANNEL_KIND: &str = "redisson_lock__channel";

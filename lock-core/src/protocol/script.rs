@@ -4,7 +4,7 @@
 use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr};
 use redis::{Cmd, ErrorKind, RedisResult, ServerErrorKind, Value};
 
-use crate::connection::Conn;
+use crate::transport::connection::Conn;
 
 /// One Lua script: its source and SHA-1, computed once.
 #[derive(Debug)]

@@ -23,7 +23,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::ClientConfig;
 use crate::error::{Error, Result};
-use crate::tls::TlsConfig;
+use crate::transport::tls::TlsConfig;
 
 /// The port of a sentinel given without one.
 pub(crate) const DEFAULT_SENTINEL_PORT: u16 = 26379;
@@ -86,7 +86,7 @@ impl Endpoint {
         }
         match SentinelUrl::parse(&config.url)? {
             Some(url) => Ok(Endpoint::Sentinel(SentinelPrimary::new(url, config)?)),
-            None => Ok(Endpoint::Direct(crate::tls::redis_client(
+            None => Ok(Endpoint::Direct(crate::transport::tls::redis_client(
                 config.connection_info()?,
                 &config.tls,
             )?)),
@@ -335,10 +335,10 @@ pub(crate) fn cannot_connect(client: &redis::Client, err: RedisError) -> RedisEr
 /// timed out, unknown host, …) becomes `cannot connect to <what>: <cause>`,
 /// an I/O error of the same kind, so that `is_connection_refusal()`,
 /// `is_timeout()` and the retry rules read it as before; a TLS failure is
-/// explained ([`crate::tls::explain`]); other errors (a refused password, a
+/// explained ([`crate::transport::tls::explain`]); other errors (a refused password, a
 /// server error) pass unchanged.
 pub(crate) fn cannot_connect_to(what: &str, err: RedisError) -> RedisError {
-    let err = crate::tls::explain(err);
+    let err = crate::transport::tls::explain(err);
     if !err.is_io_error() {
         return err;
     }
@@ -410,13 +410,13 @@ fn bad_cluster(e: RedisError) -> Error {
 
 #[cfg(feature = "tls")]
 fn with_tls(builder: ClusterClientBuilder, tls: &TlsConfig) -> Result<ClusterClientBuilder> {
-    crate::tls::install_crypto_provider();
+    crate::transport::tls::install_crypto_provider();
     let mut builder = builder.tls(if tls.danger_accept_invalid_certificates {
         redis::TlsMode::Insecure
     } else {
         redis::TlsMode::Secure
     });
-    if let Some(certs) = crate::tls::certificates(tls)? {
+    if let Some(certs) = crate::transport::tls::certificates(tls)? {
         builder = builder.certs(certs);
     }
     Ok(builder)
@@ -424,7 +424,9 @@ fn with_tls(builder: ClusterClientBuilder, tls: &TlsConfig) -> Result<ClusterCli
 
 #[cfg(not(feature = "tls"))]
 fn with_tls(_builder: ClusterClientBuilder, _tls: &TlsConfig) -> Result<ClusterClientBuilder> {
-    Err(Error::InvalidArgument(crate::tls::FEATURE_MISSING.into()))
+    Err(Error::InvalidArgument(
+        crate::transport::tls::FEATURE_MISSING.into(),
+    ))
 }
 
 /// The parts of a `redis+sentinel://` URL.
@@ -653,7 +655,7 @@ impl SentinelPrimary {
         for (host, port) in &url.sentinels {
             let info =
                 node_info(url.tls, host, *port)?.set_redis_settings(sentinel_settings.clone());
-            sentinels.push(crate::tls::redis_client(info, &config.tls)?);
+            sentinels.push(crate::transport::tls::redis_client(info, &config.tls)?);
             sentinel_addrs.push(format!("{host}:{port}"));
         }
         let mut node_settings = redis::RedisConnectionInfo::default().set_db(url.db);
@@ -683,7 +685,7 @@ impl SentinelPrimary {
         let info = node_info(self.tls, &host, port)
             .map_err(|e| failed("the primary's address", e.to_string()))?
             .set_redis_settings(self.node_settings.clone());
-        let client = crate::tls::redis_client(info, &self.tls_config)
+        let client = crate::transport::tls::redis_client(info, &self.tls_config)
             .map_err(|e| failed("the primary's address", e.to_string()))?;
         let changed = {
             let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
@@ -743,7 +745,7 @@ impl SentinelPrimary {
         let mut conn = sentinel
             .get_multiplexed_async_connection_with_config(&config)
             .await
-            .map_err(crate::tls::explain)?;
+            .map_err(crate::transport::tls::explain)?;
         let mut cmd = redis::cmd("SENTINEL");
         cmd.arg("GET-MASTER-ADDR-BY-NAME").arg(&self.service);
         match conn.send_packed_command(&cmd).await? {

@@ -19,8 +19,8 @@ use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
 use super::{after_connect, sleep_or_shutdown, Command, Shared, Step, MAX_BACKOFF, MIN_BACKOFF};
-use crate::endpoint::ClusterNodes;
-use crate::sharding::Sharding;
+use crate::transport::endpoint::ClusterNodes;
+use crate::transport::pubsub::sharding::Sharding;
 
 /// Runs the hub on a cluster until `shutdown`.
 pub(super) async fn run(
@@ -54,7 +54,7 @@ pub(super) async fn run(
                 .sharded(|| async {
                     use redis::aio::ConnectionLike;
                     conn.clone()
-                        .req_packed_command(&crate::sharding::probe_cmd())
+                        .req_packed_command(&crate::transport::pubsub::sharding::probe_cmd())
                         .await
                         .and_then(Value::extract_error)
                 })

@@ -99,7 +99,7 @@ impl Sharding {
 /// A server's error reply (unknown command or subcommand, not allowed),
 /// as opposed to a failed connection.
 fn is_refusal(e: &RedisError) -> bool {
-    e.code().is_some() && !crate::connection::is_connection_failure(e)
+    e.code().is_some() && !crate::transport::connection::is_connection_failure(e)
 }
 
 /// The probe command.

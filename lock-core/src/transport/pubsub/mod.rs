@@ -18,12 +18,16 @@ use futures_util::StreamExt;
 use tokio::sync::{mpsc, watch, Notify};
 use tokio_util::sync::CancellationToken;
 
-use crate::endpoint::Endpoint;
-use crate::protocol::keys::UNLOCK_MESSAGE;
-use crate::sharding::Sharding;
+use crate::transport::endpoint::Endpoint;
+use crate::transport::pubsub::sharding::Sharding;
 
-#[path = "pubsub_cluster.rs"]
 mod cluster;
+pub(crate) mod sharding;
+
+/// The unlock message that wakes one waiter per client (a mutex was
+/// released: Redisson's `UNLOCK_MESSAGE`); any other message wakes every
+/// waiter of the channel.
+pub(crate) const WAKE_ONE: &str = "0";
 
 const MIN_BACKOFF: Duration = Duration::from_millis(20);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
@@ -134,7 +138,7 @@ impl Shared {
     fn dispatch(&self, channel: &str, payload: &[u8]) {
         let state = self.state();
         if let Some(ch) = state.channels.get(channel) {
-            if payload == UNLOCK_MESSAGE.as_bytes() {
+            if payload == WAKE_ONE.as_bytes() {
                 ch.wake_one();
             } else {
                 ch.wake_all();
@@ -373,7 +377,7 @@ async fn run(
             client
                 .get_async_pubsub()
                 .await
-                .map_err(|e| crate::endpoint::cannot_connect(&client, e))
+                .map_err(|e| crate::transport::endpoint::cannot_connect(&client, e))
         };
         let connected = tokio::select! {
             _ = shutdown.cancelled() => return,
@@ -552,7 +556,10 @@ mod tests {
         let shutdown = CancellationToken::new();
         let hub = PubSub::start(
             Arc::new(Endpoint::Direct(client)),
-            Arc::new(Sharding::new(crate::sharding::PubSubMode::Auto, false)),
+            Arc::new(Sharding::new(
+                crate::transport::pubsub::sharding::PubSubMode::Auto,
+                false,
+            )),
             Duration::from_millis(50),
             Duration::from_millis(50),
             shutdown.clone(),

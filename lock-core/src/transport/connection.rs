@@ -28,8 +28,7 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisError, RedisResult, Value};
 
 use crate::config::ClientConfig;
-use crate::endpoint::{is_read_only, Endpoint};
-use crate::eviction::EvictionCheck;
+use crate::transport::endpoint::{is_read_only, Endpoint};
 
 /// Opens the client's connections.
 #[derive(Debug)]
@@ -366,8 +365,6 @@ pub(crate) struct Pool {
     inspect: Shared,
     /// Idle connections of the wait lane.
     idle_waits: Mutex<Vec<Conn>>,
-    /// What the server's eviction policy was last seen as (see `eviction.rs`).
-    pub(crate) eviction: EvictionCheck,
 }
 
 impl std::fmt::Debug for Pool {
@@ -502,7 +499,7 @@ impl bb8::ManageConnection for Manager {
                 let mut inner = client
                     .get_multiplexed_async_connection_with_config(&self.config)
                     .await
-                    .map_err(|e| crate::endpoint::cannot_connect(&client, e))?;
+                    .map_err(|e| crate::transport::endpoint::cannot_connect(&client, e))?;
                 self.endpoint.check(&mut inner).await?;
                 Link::Node(inner)
             }
@@ -541,6 +538,5 @@ pub(crate) fn build_pool(manager: Manager, size: u32) -> Pool {
         renewals: Shared::new(1),
         inspect: Shared::new(1),
         idle_waits: Mutex::new(Vec::new()),
-        eviction: EvictionCheck::default(),
     }
 }
