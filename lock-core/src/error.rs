@@ -257,8 +257,6 @@ impl Error {
         matches!(self, Error::Closed)
     }
 
-    /// True for failures worth retrying on another connection: I/O errors,
-    /// dropped connections, time-outs.
     /// The connection a command was sent on turned out to be closed or
     /// broken (not a time-out, not a refused connect): one retry on a fresh
     /// connection is worth it where the command is safe to repeat.
@@ -271,6 +269,11 @@ impl Error {
             || crate::endpoint::is_read_only(e))
     }
 
+    /// True for failures that may pass by themselves (Redis briefly
+    /// unreachable, restarting or failing over): I/O errors, dropped,
+    /// refused or unrecoverable connections, time-outs (the pool's, the
+    /// command's, redis-rs's), and the server replies `LOADING`, `TRYAGAIN`,
+    /// `MASTERDOWN` and `READONLY`: worth retrying within a bounded window.
     pub(crate) fn is_transient(&self) -> bool {
         match self {
             Error::PoolTimeout | Error::CommandTimeout => true,
