@@ -28,7 +28,8 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisError, RedisResult, Value};
 
 use crate::config::ClientConfig;
-use crate::endpoint::{is_read_only, Endpoint};
+use crate::endpoint::Endpoint;
+use crate::error::is_read_only;
 use crate::eviction::EvictionCheck;
 
 /// Opens the client's connections.

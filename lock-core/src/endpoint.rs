@@ -809,11 +809,6 @@ fn failed(what: &'static str, detail: String) -> RedisError {
     RedisError::from((ErrorKind::Io, what, detail))
 }
 
-/// A failover symptom: the node answered that it is a replica now.
-pub(crate) fn is_read_only(e: &RedisError) -> bool {
-    e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -266,7 +266,7 @@ impl Error {
         matches!(self, Error::Redis(e) if ((e.is_connection_dropped() || e.is_io_error())
             && !e.is_timeout()
             && !e.is_connection_refusal())
-            || crate::endpoint::is_read_only(e))
+            || is_read_only(e))
     }
 
     /// True for failures that may pass by themselves (Redis briefly
@@ -349,6 +349,12 @@ impl Error {
     pub fn is_eviction_policy(&self) -> bool {
         matches!(self, Error::EvictionPolicy { .. })
     }
+}
+
+/// A failover symptom: the node answered that it is a replica now
+/// (`READONLY`).
+pub(crate) fn is_read_only(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
 }
 
 impl From<redis::RedisError> for Error {
