@@ -1,5 +1,8 @@
-//! The client: connection pool, scripts, watchdog, pub/sub hub and the
-//! background task that releases dropped guards.
+//! The client: its connections (in lanes), scripts, watchdog and pub/sub
+//! hub; the release, hand-off and cancel engine; background jobs (releases
+//! of dropped guards, cancels of acquisitions whose reply was lost), each
+//! spawned as a task of its own and tracked, so that a shutdown waits for
+//! them.
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -808,10 +811,11 @@ impl Drop for ClientInner {
 /// A handle to a Redis server for distributed locks. Cheap to clone (an
 /// `Arc` inside), `Send + Sync`; build one per process and share it.
 ///
-/// The client owns a bb8 pool, one pub/sub connection shared by every
-/// waiter, one watchdog that renews every lock held with the default lease,
-/// and a background task that releases guards dropped without
-/// [`release`](crate::LockGuard::release).
+/// The client owns its connections (in lanes: lock commands, renewals,
+/// inspection, `WAIT`), one pub/sub connection shared by every waiter, one
+/// watchdog that renews every lock held with the default lease, and
+/// releases guards dropped without [`release`](crate::LockGuard::release)
+/// in background tasks of their own (tracked: a shutdown waits for them).
 ///
 /// ```no_run
 /// use lock_core::LockClient;

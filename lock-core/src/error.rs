@@ -257,8 +257,6 @@ impl Error {
         matches!(self, Error::Closed)
     }
 
-    /// True for failures worth retrying on another connection: I/O errors,
-    /// dropped connections, time-outs.
     /// The connection a command was sent on turned out to be closed or
     /// broken (not a time-out, not a refused connect): one retry on a fresh
     /// connection is worth it where the command is safe to repeat.
@@ -268,9 +266,14 @@ impl Error {
         matches!(self, Error::Redis(e) if ((e.is_connection_dropped() || e.is_io_error())
             && !e.is_timeout()
             && !e.is_connection_refusal())
-            || crate::transport::endpoint::is_read_only(e))
+            || is_read_only(e))
     }
 
+    /// True for failures that may pass by themselves (Redis briefly
+    /// unreachable, restarting or failing over): I/O errors, dropped,
+    /// refused or unrecoverable connections, time-outs (the pool's, the
+    /// command's, redis-rs's), and the server replies `LOADING`, `TRYAGAIN`,
+    /// `MASTERDOWN` and `READONLY`: worth retrying within a bounded window.
     pub(crate) fn is_transient(&self) -> bool {
         match self {
             Error::PoolTimeout | Error::CommandTimeout => true,
@@ -346,6 +349,12 @@ impl Error {
     pub fn is_eviction_policy(&self) -> bool {
         matches!(self, Error::EvictionPolicy { .. })
     }
+}
+
+/// A failover symptom: the node answered that it is a replica now
+/// (`READONLY`).
+pub(crate) fn is_read_only(e: &redis::RedisError) -> bool {
+    e.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ReadOnly)
 }
 
 impl From<redis::RedisError> for Error {

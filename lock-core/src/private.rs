@@ -2,11 +2,11 @@
 //! it may change in any release; use the macro, or `Lock`, instead.
 //!
 //! The generated body builds the key and the lock handle, then calls one of
-//! `locked`, `locked_or_skip` or `locked_or_skip_result` with the
-//! acquire options and the original body as a future, pinned in the
-//! caller's future (`Pin<&mut _>`), so that the body's state is stored once
-//! rather than copied into every layer below. Each opens a lock context
-//! when none is open, acquires for a section
+//! `locked`, `locked_cancel_on_lost`, `locked_or_skip` or
+//! `locked_or_skip_result` with the acquire options and the original body
+//! as a future, pinned in the caller's future (`Pin<&mut _>`), so that the
+//! body's state is stored once rather than copied into every layer below.
+//! Each opens a lock context when none is open, acquires for a section
 //! ([`AcquireOptions::for_section`]), runs the body inside the section (so
 //! nested annotated calls re-enter while sibling calls joined in the same
 //! task exclude each other) and releases. A body that panics, or a future

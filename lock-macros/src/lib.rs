@@ -473,6 +473,7 @@ use proc_macro::TokenStream;
 ///     /* the original body's statements */
 /// });
 /// __private::locked(__lock_handle, __lock_options, __lock_body).await      // or locked_or_skip(..),
+///                                                                           // locked_or_skip_result(..),
 ///                                                                           // locked_cancel_on_lost(..)
 /// ```
 ///

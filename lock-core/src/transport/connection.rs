@@ -28,7 +28,8 @@ use redis::cluster_routing::{Route, RoutingInfo, SingleNodeRoutingInfo, SlotAddr
 use redis::{AsyncConnectionConfig, Cmd, Pipeline, RedisError, RedisResult, Value};
 
 use crate::config::ClientConfig;
-use crate::transport::endpoint::{is_read_only, Endpoint};
+use crate::error::is_read_only;
+use crate::transport::endpoint::Endpoint;
 
 /// Opens the client's connections.
 #[derive(Debug)]

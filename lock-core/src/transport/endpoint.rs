@@ -811,11 +811,6 @@ fn failed(what: &'static str, detail: String) -> RedisError {
     RedisError::from((ErrorKind::Io, what, detail))
 }
 
-/// A failover symptom: the node answered that it is a replica now.
-pub(crate) fn is_read_only(e: &RedisError) -> bool {
-    e.kind() == ErrorKind::Server(ServerErrorKind::ReadOnly)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -909,7 +904,7 @@ mod tests {
     #[test]
     fn sharded_pub_sub_needs_a_cluster_url() {
         let mut config = ClientConfig::new("redis://127.0.0.1");
-        config.pubsub_mode = crate::PubSubMode::Sharded;
+        config.pubsub_mode = crate::transport::pubsub::sharding::PubSubMode::Sharded;
         let err = config.validate().expect_err("accepted");
         assert!(err.to_string().contains("needs a cluster url"), "{err}");
         config.url = "redis+cluster://127.0.0.1:7000".into();
