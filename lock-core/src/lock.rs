@@ -93,9 +93,10 @@ impl AcquireOptions {
     ///
     /// The bound holds whatever Redis does: no Redis call of the
     /// acquisition runs past it (a connection attempt included) and no
-    /// retry starts after it. When Redis did not answer in time, the error
-    /// is that failure (`Error::CommandTimeout`, `Error::Redis`) rather than
-    /// [`Error::WaitTimeout`].
+    /// retry starts after it. When the bound passes during an attempt, the
+    /// acquire fails with [`Error::WaitTimeout`]; when Redis had failed
+    /// before that (refused, broken connection, no answer within the
+    /// command time-out), with that failure.
     ///
     /// ```
     /// let opts = lock_core::AcquireOptions::new().wait(std::time::Duration::from_millis(500));
@@ -780,6 +781,18 @@ impl Lock {
                             outage = None;
                             outage_error = None;
                             attempt
+                        }
+                        // The wait bound passed while the attempt was in
+                        // flight (its time was cut to what was left of the
+                        // bound): the wait timed out, unless Redis had
+                        // already stopped answering.
+                        Err(Error::CommandTimeout)
+                            if deadline.is_some_and(|d| Instant::now() >= d) =>
+                        {
+                            return match outage_error.take() {
+                                Some(e) => Err(e),
+                                None => Ok(Got::TimedOut),
+                            };
                         }
                         Err(e) if self.rides_out(&e, &mut outage, sent_at, deadline) => {
                             tracing::debug!(error = %e, "lock acquire failed during an outage; retrying");

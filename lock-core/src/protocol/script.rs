@@ -50,11 +50,21 @@ impl Script {
 
     /// Runs `cmd` (built by [`Script::evalsha`]); loads the script and
     /// retries once when Redis does not know it (first use, restart, SCRIPT FLUSH).
+    /// On a cluster the script is loaded on the key's primary first; when
+    /// the key's slot moved meanwhile (the retry is redirected to a node
+    /// that does not know the script either), it is loaded on every node
+    /// and sent once more.
     pub(crate) async fn run(&self, conn: &mut Conn, cmd: &Cmd) -> RedisResult<Value> {
         match conn.query(cmd).await {
             Err(e) if is_noscript(&e) => {
                 self.load_for(conn, cmd).await?;
-                conn.query(cmd).await
+                match conn.query(cmd).await {
+                    Err(e) if is_noscript(&e) && conn.cluster().is_some() => {
+                        conn.query(&self.load_cmd()).await?;
+                        conn.query(cmd).await
+                    }
+                    other => other,
+                }
             }
             other => other,
         }
