@@ -127,10 +127,7 @@ impl AcquireReply {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn reply(kind: i64, value: i64) -> Value {
-        Value::Array(vec![Value::Int(kind), Value::Int(value)])
-    }
+    use crate::protocol::test_support::{args, reply};
 
     #[test]
     fn every_documented_reply_parses() -> Result<()> {
@@ -183,21 +180,13 @@ mod tests {
             latch_ms: 1_000,
             client_id: "c",
         };
-        let args = |cmd: Cmd| -> Vec<String> {
-            cmd.args_iter()
-                .map(|a| match a {
-                    redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
-                    _ => String::new(),
-                })
-                .collect()
-        };
         for (mode, expected) in [
             (AcquireMode::New(Line::Once), ["new", "0"]),
             (AcquireMode::New(Line::Head), ["new", "1"]),
             (AcquireMode::New(Line::PlaceKept), ["new", "2"]),
             (AcquireMode::Reentry, ["re", "0"]),
         ] {
-            let a = args(call(mode).cmd(&scripts.acquire));
+            let a = args(&call(mode).cmd(&scripts.acquire));
             // EVALSHA sha 5 keys(5) lease owner mode token latch client line
             assert_eq!(a[2], "5");
             assert_eq!(a[10], expected[0], "{mode:?}");

@@ -77,10 +77,7 @@ impl HandOffReply {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn reply(kind: i64, value: i64) -> Value {
-        Value::Array(vec![Value::Int(kind), Value::Int(value)])
-    }
+    use crate::protocol::test_support::reply;
 
     #[test]
     fn every_documented_reply_parses() -> Result<()> {

@@ -18,6 +18,8 @@ pub(crate) mod keys;
 pub(crate) mod release;
 pub(crate) mod renew;
 mod script;
+#[cfg(test)]
+mod test_support;
 
 use redis::Value;
 
@@ -116,13 +118,7 @@ mod tests {
     fn evalsha_counts_keys() {
         let s = Scripts::new();
         let cmd = s.renew.evalsha(&["k"], (100u64, "owner"));
-        let args: Vec<String> = cmd
-            .args_iter()
-            .map(|a| match a {
-                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
-                _ => String::new(),
-            })
-            .collect();
+        let args = test_support::args(&cmd);
         assert_eq!(args[0], "EVALSHA");
         assert_eq!(args[2], "1");
         assert_eq!(&args[3..], ["k", "100", "owner"]);

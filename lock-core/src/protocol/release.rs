@@ -127,13 +127,7 @@ mod tests {
             publish: "publish",
         };
         let cmd = call.cmd(&scripts.release);
-        let args: Vec<String> = cmd
-            .args_iter()
-            .map(|a| match a {
-                redis::Arg::Simple(b) => String::from_utf8_lossy(b).into_owned(),
-                _ => String::new(),
-            })
-            .collect();
+        let args = super::super::test_support::args(&cmd);
         // EVALSHA sha 4 keys(4) owner lease message client turn counts publish
         assert_eq!(args[2], "4");
         assert_eq!(args[12], "1");
