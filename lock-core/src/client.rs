@@ -12,7 +12,8 @@ use redis::{Cmd, Value};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::{ClientBuilder, ClientConfig, ErrorHook};
+use crate::builder::ClientBuilder;
+use crate::config::{ClientConfig, ErrorHook};
 use crate::error::{Error, Result};
 use crate::hold::Hold;
 use crate::lock::Lock;

@@ -398,6 +398,7 @@
 //! installed when a client is built.
 #![deny(missing_docs)]
 
+mod builder;
 mod client;
 mod config;
 mod context;
@@ -420,11 +421,12 @@ mod slot_owners;
 mod transport;
 mod watchdog;
 
+pub use builder::ClientBuilder;
 pub use client::LockClient;
 pub use config::{
-    ClientBuilder, ClientConfig, DEFAULT_COMMAND_TIMEOUT, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_MAX_NAME_LEN, DEFAULT_POOL_SIZE, DEFAULT_TOKEN_RETENTION, DEFAULT_WATCHDOG_TIMEOUT,
-    MAX_LEASE,
+    ClientConfig, PemSource, PubSubMode, ReplicaAck, TlsConfig, DEFAULT_COMMAND_TIMEOUT,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_NAME_LEN, DEFAULT_POOL_SIZE, DEFAULT_TOKEN_RETENTION,
+    DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE,
 };
 pub use context::{in_context, LockContext};
 pub use data::RedisConnection;
@@ -434,12 +436,9 @@ pub use guard::LockGuard;
 pub use held::HeldLock;
 pub use inspect::{LockOwner, LockStatus};
 pub use lock::{AcquireOptions, Lock};
-pub use replicas::ReplicaAck;
 pub use shutdown::ShutdownReport;
 /// The token type of [`HeldLock::cancellation_token`] (tokio-util's).
 pub use tokio_util::sync::CancellationToken;
-pub use transport::pubsub::sharding::PubSubMode;
-pub use transport::tls::{PemSource, TlsConfig};
 
 /// Takes a distributed lock around an `async fn` (feature `macros`).
 #[cfg(feature = "macros")]

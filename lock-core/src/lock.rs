@@ -9,6 +9,7 @@ use tokio::time::Instant;
 use tracing::Instrument;
 
 use crate::client::{Core, LockClient, ReleaseJob, Released};
+use crate::config::ReplicaAck;
 use crate::context::LockContext;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
@@ -20,7 +21,7 @@ use crate::protocol::force_unlock::{force_unlock_cmd, ForceUnlockReply};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::unexpected_reply;
 use crate::queue::{Holding, Turn, Waiter};
-use crate::replicas::{Confirmed, ReplicaAck};
+use crate::replicas::Confirmed;
 use crate::run_to_end::RunToEnd;
 use crate::transport::pubsub::{Status, Subscription};
 

@@ -556,10 +556,7 @@ mod tests {
         let shutdown = CancellationToken::new();
         let hub = PubSub::start(
             Arc::new(Endpoint::Direct(client)),
-            Arc::new(Sharding::new(
-                crate::transport::pubsub::sharding::PubSubMode::Auto,
-                false,
-            )),
+            Arc::new(Sharding::new(crate::config::PubSubMode::Auto, false)),
             Duration::from_millis(50),
             Duration::from_millis(50),
             shutdown.clone(),

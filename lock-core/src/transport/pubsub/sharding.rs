@@ -9,28 +9,7 @@ use std::future::Future;
 use redis::{RedisError, RedisResult};
 use tokio::sync::OnceCell;
 
-/// How lock channels are published and subscribed on a Redis Cluster
-/// ([`ClientBuilder::pubsub_mode`](crate::ClientBuilder::pubsub_mode)).
-///
-/// ```
-/// use lock_core::PubSubMode;
-/// assert_eq!(PubSubMode::default(), PubSubMode::Auto);
-/// ```
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[non_exhaustive]
-pub enum PubSubMode {
-    /// Sharded on a cluster that answers `PUBSUB SHARDNUMSUB` (Redis 7+,
-    /// Valkey), classic otherwise and on a single server or Sentinel, as
-    /// Redisson chooses.
-    #[default]
-    Auto,
-    /// `SPUBLISH` / `SSUBSCRIBE` on the node of the channel's slot (cluster
-    /// URLs only; for services that rewrite `PUBLISH` to `SPUBLISH`).
-    Sharded,
-    /// `PUBLISH` / `SUBSCRIBE` everywhere (for servers without sharded
-    /// pub/sub, such as a cluster of Redis 6).
-    Global,
-}
+use crate::config::PubSubMode;
 
 /// The choice, made once per client (probing the server when `Auto` on a
 /// cluster).
