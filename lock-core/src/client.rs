@@ -15,6 +15,8 @@ use tokio_util::task::TaskTracker;
 use crate::builder::ClientBuilder;
 use crate::config::{ClientConfig, ErrorHook};
 use crate::error::{Error, Result};
+use crate::hold::queue::LocalQueues;
+use crate::hold::watchdog::Watchdog;
 use crate::hold::Hold;
 use crate::lock::Lock;
 use crate::metrics;
@@ -23,11 +25,9 @@ use crate::protocol::handoff::{HandOffCall, HandOffReply};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::release::{ReleaseCall, ReleaseReply};
 use crate::protocol::{Script, Scripts};
-use crate::queue::LocalQueues;
 use crate::transport::connection::{build_pool, Conn, Lane, Manager, Pool};
 use crate::transport::pubsub::sharding::Sharding;
 use crate::transport::pubsub::PubSub;
-use crate::watchdog::Watchdog;
 
 /// A boxed future of this crate's commands (see `Core::run_script_within`).
 pub(crate) type BoxFuture<'a, T> =
@@ -53,7 +53,7 @@ pub(crate) struct Core {
     pub(crate) client_id: Arc<str>,
     pub(crate) pool: Pool,
     /// What the server's eviction policy was last seen as (see `eviction.rs`).
-    pub(crate) eviction: crate::eviction::EvictionCheck,
+    pub(crate) eviction: crate::hold::eviction::EvictionCheck,
     pub(crate) scripts: Scripts,
     /// Waiters of this client, per lock, and its current holdings.
     pub(crate) queues: LocalQueues,
@@ -887,7 +887,7 @@ impl LockClient {
         let core = Arc::new(Core {
             client_id: Arc::from(uuid::Uuid::new_v4().to_string()),
             pool,
-            eviction: crate::eviction::EvictionCheck::default(),
+            eviction: crate::hold::eviction::EvictionCheck::default(),
             scripts: Scripts::new(),
             queues: LocalQueues::default(),
             rtt_us: AtomicU64::new(1000),
@@ -964,7 +964,7 @@ impl LockClient {
     /// ```
     pub async fn ping(&self) -> Result<()> {
         self.inner.core.run_cmd(&redis::cmd("PING")).await?;
-        crate::eviction::check(&self.inner.core).await;
+        crate::hold::eviction::check(&self.inner.core).await;
         Ok(())
     }
 

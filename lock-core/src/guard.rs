@@ -8,9 +8,9 @@ use tracing::Instrument;
 use crate::client::{ReleaseJob, Released};
 use crate::error::{Error, Result};
 use crate::held::HeldLock;
+use crate::hold::run_to_end::RunToEnd;
 use crate::hold::Hold;
 use crate::lock::{lease_ms, Lock};
-use crate::run_to_end::RunToEnd;
 
 #[derive(Debug)]
 struct Held {

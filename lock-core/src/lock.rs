@@ -13,6 +13,9 @@ use crate::config::ReplicaAck;
 use crate::context::LockContext;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
+use crate::hold::queue::{Holding, Turn, Waiter};
+use crate::hold::replicas::Confirmed;
+use crate::hold::run_to_end::RunToEnd;
 use crate::hold::Hold;
 use crate::metrics::{self, AcquireOutcome};
 use crate::protocol::acquire::{AcquireCall, AcquireMode, AcquireReply, Line};
@@ -20,9 +23,6 @@ use crate::protocol::cancel::CancelMode;
 use crate::protocol::force_unlock::{force_unlock_cmd, ForceUnlockReply};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::unexpected_reply;
-use crate::queue::{Holding, Turn, Waiter};
-use crate::replicas::Confirmed;
-use crate::run_to_end::RunToEnd;
 use crate::transport::pubsub::{Status, Subscription};
 
 /// How long an acquisition may wait.

@@ -66,10 +66,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::client::Core;
 use crate::error::Error;
+use crate::hold::slot_owners::{key_slot, SlotMap, SlotOwners};
 use crate::hold::Hold;
 use crate::metrics::RenewalFailure;
 use crate::protocol::renew::parse_renewals;
-use crate::slot_owners::{key_slot, SlotMap, SlotOwners};
 use crate::transport::connection::Lane as ConnLane;
 
 /// Renewals per script call (one round trip).

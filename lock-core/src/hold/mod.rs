@@ -31,6 +31,13 @@
 //!   whose guards still exist — without relying on a latch key outliving
 //!   the delay.
 
+pub(crate) mod eviction;
+pub(crate) mod queue;
+pub(crate) mod replicas;
+pub(crate) mod run_to_end;
+pub(crate) mod slot_owners;
+pub(crate) mod watchdog;
+
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
