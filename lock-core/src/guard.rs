@@ -5,9 +5,9 @@ use std::time::Duration;
 
 use tracing::Instrument;
 
-use crate::client::{ReleaseJob, Released};
 use crate::error::{Error, Result};
 use crate::held::HeldLock;
+use crate::hold::release::{ReleaseJob, Released};
 use crate::hold::run_to_end::RunToEnd;
 use crate::hold::Hold;
 use crate::lock::{lease_ms, Lock};

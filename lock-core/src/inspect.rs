@@ -7,8 +7,9 @@ use std::time::Duration;
 
 use redis::{Pipeline, Value};
 
-use crate::client::{Core, LockClient};
+use crate::client::LockClient;
 use crate::error::{Error, Result};
+use crate::hold::shared::Core;
 use crate::lock::Lock;
 use crate::transport::connection::Lane;
 

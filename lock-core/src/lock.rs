@@ -8,14 +8,16 @@ use redis::Value;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::client::{Core, LockClient, ReleaseJob, Released};
+use crate::client::LockClient;
 use crate::config::ReplicaAck;
 use crate::context::LockContext;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::hold::queue::{Holding, Turn, Waiter};
+use crate::hold::release::{ReleaseJob, Released};
 use crate::hold::replicas::Confirmed;
 use crate::hold::run_to_end::RunToEnd;
+use crate::hold::shared::Core;
 use crate::hold::Hold;
 use crate::metrics::{self, AcquireOutcome};
 use crate::protocol::acquire::{AcquireCall, AcquireMode, AcquireReply, Line};

@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use tokio::runtime::RuntimeFlavor;
 use tokio::time::Instant;
 use tracing::Instrument;
 
-use crate::client::{Core, LockClient};
+use crate::client::LockClient;
+use crate::hold::shared::Core;
 use crate::metrics::ReleaseOutcome;
 
 /// What [`LockClient::shutdown`] did.
@@ -183,48 +183,5 @@ async fn release_holds(core: &Arc<Core>, deadline: Instant, report: &mut Shutdow
             report.failed += holds.len();
             false
         }
-    }
-}
-
-/// Longest wait for pending releases when the last client handle drops.
-const DROP_FLUSH_LIMIT: Duration = Duration::from_secs(2);
-
-/// The last handle of a client is gone: waits, bounded by the command
-/// time-out (at most 2 s), for background releases still running, when
-/// that cannot stall the runtime they need (a multi-threaded one). Never
-/// panics.
-pub(crate) fn flush_on_drop(core: &Arc<Core>) {
-    core.background.close();
-    if core.background.is_empty() {
-        return;
-    }
-    if core.runtime.runtime_flavor() != RuntimeFlavor::MultiThread {
-        tracing::debug!(
-            pending = core.background.len(),
-            "lock client dropped on a current_thread runtime with releases pending; \
-             call LockClient::shutdown before the end of main to wait for them"
-        );
-        return;
-    }
-    // Waited for with a std channel and the thread's own clock, not
-    // tokio's timer: this may run on a worker of the very runtime (even
-    // while it shuts down, when no timer is driven any more). On a runtime
-    // that is shutting down the waiting task is dropped at once, which
-    // ends the wait at once.
-    let limit = core.config.command_timeout.min(DROP_FLUSH_LIMIT);
-    let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
-    let waiting = core.clone();
-    let spawned = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        core.runtime.spawn(async move {
-            waiting.background.wait().await;
-            let _ = done_tx.send(());
-        })
-    }));
-    let outcome = match spawned {
-        Ok(_) => done_rx.recv_timeout(limit).map_err(|_| ()),
-        Err(_) => Err(()),
-    };
-    if outcome.is_err() {
-        tracing::debug!("background lock releases could not be awaited at client drop");
     }
 }

@@ -20,8 +20,8 @@ use std::sync::Mutex;
 
 use redis::Value;
 
-use crate::client::Core;
 use crate::error::Error;
+use crate::hold::shared::Core;
 
 /// The one policy that never evicts a key.
 const NO_EVICTION: &str = "noeviction";

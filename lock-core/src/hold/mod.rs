@@ -31,10 +31,14 @@
 //!   whose guards still exist — without relying on a latch key outliving
 //!   the delay.
 
+pub(crate) mod background;
+pub(crate) mod engine;
 pub(crate) mod eviction;
 pub(crate) mod queue;
+pub(crate) mod release;
 pub(crate) mod replicas;
 pub(crate) mod run_to_end;
+pub(crate) mod shared;
 pub(crate) mod slot_owners;
 pub(crate) mod watchdog;
 

@@ -8,9 +8,9 @@
 
 use redis::Value;
 
-use crate::client::Core;
 use crate::config::ReplicaAck;
 use crate::error::{Error, Result};
+use crate::hold::shared::Core;
 use crate::protocol::confirm::{confirm_cmd, ConfirmReply};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::unexpected_reply;
@@ -35,7 +35,7 @@ impl Core {
         keys: &'a LockKeys,
         owner: &'a str,
         ack: ReplicaAck,
-    ) -> crate::client::BoxFuture<'a, Result<Confirmed>> {
+    ) -> crate::hold::shared::BoxFuture<'a, Result<Confirmed>> {
         Box::pin(self.confirm_now(keys, owner, ack))
     }
 

@@ -19,7 +19,7 @@ use redis::Value;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::Core;
+use crate::hold::shared::Core;
 
 /// Hash slots of a Redis Cluster.
 pub(crate) const SLOTS: usize = 16_384;

@@ -64,8 +64,8 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::client::Core;
 use crate::error::Error;
+use crate::hold::shared::Core;
 use crate::hold::slot_owners::{key_slot, SlotMap, SlotOwners};
 use crate::hold::Hold;
 use crate::metrics::RenewalFailure;
