@@ -8,7 +8,6 @@ use crate::builder::ClientBuilder;
 use crate::config::{ClientConfig, ErrorHook};
 use crate::error::Result;
 use crate::hold::engine::Engine;
-use crate::hold::release::ReleaseJob;
 use crate::lock::Lock;
 use crate::protocol::keys::LockKeys;
 
@@ -153,11 +152,5 @@ impl LockClient {
     /// ```
     pub fn renewing_count(&self) -> usize {
         self.inner.watchdog.len()
-    }
-
-    /// Hands a release to the background (from `Drop`, without awaiting).
-    /// It runs on the client's runtime, whatever thread drops the guard.
-    pub(crate) fn release_in_background(&self, job: ReleaseJob) {
-        self.inner.core.spawn_job(job);
     }
 }

@@ -3,104 +3,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use tracing::Instrument;
-
 use crate::error::{Error, Result};
 use crate::held::HeldLock;
-use crate::hold::release::{ReleaseJob, Released};
-use crate::hold::run_to_end::RunToEnd;
-use crate::hold::Hold;
-use crate::lock::{lease_ms, Lock};
-
-#[derive(Debug)]
-struct Held {
-    lock: Lock,
-    /// The hold this guard is one count of (shared with re-entrant guards).
-    hold: Arc<Hold>,
-    /// The fixed lease asked for, or `None`: renewed by the watchdog.
-    lease: Option<Duration>,
-}
-
-impl Held {
-    fn stop_renewal(&self) {
-        if self.lease.is_none() {
-            self.lock.client.inner.watchdog.unregister(&self.hold);
-        }
-    }
-
-    /// Redis confirmed the hold is gone (a renewal, re-entry or release
-    /// found it missing): tells the local queue, without a call to Redis.
-    fn forget(&self) {
-        self.lock
-            .client
-            .inner
-            .core
-            .queues
-            .ended(&self.lock.keys.lock, &self.hold.owner);
-    }
-
-    /// Releases this count of the hold (inside `span`, its `lock.release`
-    /// span, which the release task carries too).
-    async fn release(self, span: tracing::Span) -> Result<()> {
-        self.stop_renewal();
-        let name = self.lock.keys.name.clone();
-        if self.hold.is_gone() {
-            // Known gone: logged when it was found out ("lock lost"), or
-            // given up by a shutdown.
-            self.forget();
-            tracing::debug!("lock was lost before release; nothing to release");
-            return Err(Error::Lost { name });
-        }
-        // Released in Redis even when the deadline has passed: the
-        // release names this hold only, so it frees the lock sooner and can
-        // never touch anyone else's hold.
-        let valid_at_release = self.hold.is_valid();
-        if !valid_at_release {
-            self.hold
-                .mark_lost("its deadline passed before it was released");
-        }
-        let lease_ms = self.lease_ms();
-        let core = self.lock.client.inner.core.clone();
-        let keys = self.lock.keys.clone();
-        let hold = self.hold.clone();
-        // Tracked with the client's background work (a shutdown waits for
-        // it), and finished there if this future is dropped.
-        let (tracker, runtime) = (core.background.clone(), core.runtime.clone());
-        let call = RunToEnd::new(
-            tracker.track_future(
-                async move { core.release_hold(&keys, &hold, lease_ms).await }.instrument(span),
-            ),
-            &tracker,
-            &runtime,
-        );
-        match call.await {
-            Ok(Released::NotHeld) => {
-                self.hold.mark_gone("not held at release");
-                Err(Error::Lost { name })
-            }
-            Ok(released) => {
-                released.log();
-                if valid_at_release {
-                    Ok(())
-                } else {
-                    Err(Error::Lost { name })
-                }
-            }
-            Err(e) => {
-                tracing::debug!(error = %e, "lock release failed; the lock expires with its lease");
-                Err(e)
-            }
-        }
-    }
-
-    /// The lease the hold's remaining counts keep after this release.
-    fn lease_ms(&self) -> u64 {
-        lease_ms(
-            self.lease,
-            self.lock.client.inner.core.config.watchdog_timeout,
-        )
-    }
-}
+use crate::hold::count::{Count, OwnedCount};
+use crate::protocol::keys::LockKeys;
 
 /// Proof of holding a lock. Release it with [`release`](LockGuard::release)
 /// to learn whether the lock was still held; dropping it releases the lock
@@ -132,25 +38,19 @@ impl Held {
 #[derive(Debug)]
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
-    held: Option<Held>,
+    count: OwnedCount,
 }
 
 impl LockGuard {
-    /// A guard for one count of `hold`; a watchdog lease (`lease == None`)
-    /// starts renewing.
-    pub(crate) fn new(lock: Lock, hold: Arc<Hold>, lease: Option<Duration>) -> Self {
-        if lease.is_none() {
-            lock.client.inner.watchdog.register(hold.clone());
-        }
-        LockGuard {
-            held: Some(Held { lock, hold, lease }),
-        }
+    /// The guard of a count the engine handed out.
+    pub(crate) fn new(count: OwnedCount) -> Self {
+        LockGuard { count }
     }
 
     /// What a section of this guard's hold needs (see `LockContext::enter`).
     pub(crate) fn section_parts(&self) -> (Arc<str>, HeldLock) {
         (
-            self.held().lock.client.inner.core.client_id.clone(),
+            self.held().target.engine.core.client_id.clone(),
             self.held_lock(),
         )
     }
@@ -175,25 +75,16 @@ impl LockGuard {
     /// ```
     pub fn held_lock(&self) -> HeldLock {
         let held = self.held();
-        HeldLock::new(held.lock.keys.clone(), held.hold.clone(), held.lease)
+        HeldLock::new(held.target.keys.clone(), held.hold.clone(), held.lease)
     }
 
-    /// The hold this guard is one count of.
-    pub(crate) fn hold(&self) -> &Arc<Hold> {
-        &self.held().hold
+    /// The keys of the lock this guard holds.
+    pub(crate) fn keys(&self) -> &Arc<LockKeys> {
+        &self.held().target.keys
     }
 
-    /// The lock this guard holds.
-    pub(crate) fn lock(&self) -> &Lock {
-        &self.held().lock
-    }
-
-    fn held(&self) -> &Held {
-        // `held` is only taken by `release` (which consumes the guard) and by `Drop`.
-        match &self.held {
-            Some(h) => h,
-            None => unreachable!("a LockGuard is always held until consumed"),
-        }
+    fn held(&self) -> &Count {
+        self.count.count()
     }
 
     /// The lock's name.
@@ -205,7 +96,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn name(&self) -> &str {
-        self.held().lock.name()
+        &self.held().target.keys.name
     }
 
     /// The fencing token of this hold: it grows strictly with every fresh
@@ -327,37 +218,7 @@ impl LockGuard {
     /// }
     /// # Ok(()) }
     /// ```
-    pub async fn release(mut self) -> Result<()> {
-        let Some(held) = self.held.take() else {
-            return Ok(());
-        };
-        let span = tracing::debug_span!(
-            "lock.release",
-            lock = %held.lock.keys.name,
-            key = %held.lock.keys.lock
-        );
-        held.release(span.clone()).instrument(span).await
-    }
-}
-
-impl Drop for LockGuard {
-    fn drop(&mut self) {
-        if let Some(held) = self.held.take() {
-            held.stop_renewal();
-            if held.hold.is_gone() {
-                held.forget();
-                return;
-            }
-            if !held.hold.is_valid() {
-                held.hold
-                    .mark_lost("its deadline passed before it was released");
-            }
-            let lease_ms = held.lease_ms();
-            held.lock.client.release_in_background(ReleaseJob::Release {
-                keys: held.lock.keys.clone(),
-                hold: held.hold.clone(),
-                lease_ms,
-            });
-        }
+    pub async fn release(self) -> Result<()> {
+        self.count.release().await
     }
 }

@@ -411,6 +411,7 @@ mod hold;
 mod inspect;
 mod lock;
 mod metrics;
+mod options;
 mod protocol;
 mod shutdown;
 mod transport;
@@ -429,7 +430,8 @@ pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use held::HeldLock;
 pub use inspect::{LockOwner, LockStatus};
-pub use lock::{AcquireOptions, Lock};
+pub use lock::Lock;
+pub use options::AcquireOptions;
 pub use shutdown::ShutdownReport;
 /// The token type of [`HeldLock::cancellation_token`] (tokio-util's).
 pub use tokio_util::sync::CancellationToken;

@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::lock::Lock;
 
-pub use crate::lock::AcquireOptions;
+pub use crate::options::AcquireOptions;
 pub use core::pin::pin;
 pub use core::time::Duration;
 pub use std::format;
@@ -207,7 +207,7 @@ async fn finish<T, E>(guard: LockGuard, out: std::result::Result<T, E>) -> std::
 where
     E: From<Error>,
 {
-    let keys = guard.lock().keys.clone();
+    let keys = guard.keys().clone();
     match (out, guard.release().await) {
         (out, Ok(())) => out,
         (Ok(_), Err(err)) => Err(E::from(err)),

@@ -31,7 +31,9 @@
 //!   whose guards still exist — without relying on a latch key outliving
 //!   the delay.
 
+pub(crate) mod acquire;
 pub(crate) mod background;
+pub(crate) mod count;
 pub(crate) mod engine;
 pub(crate) mod eviction;
 pub(crate) mod queue;
