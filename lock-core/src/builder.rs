@@ -1,5 +1,6 @@
 //! The by-value builder of a [`LockClient`]: a [`ClientConfig`] filled in
-//! step by step, an optional error hook, and `build`.
+//! step by step, an optional error hook, and `build`; and the client's two
+//! ways to be made (`LockClient::builder`, `LockClient::connect`).
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -8,6 +9,7 @@ use std::time::Duration;
 use crate::client::LockClient;
 use crate::config::{ClientConfig, ErrorHook, PemSource, PubSubMode, ReplicaAck};
 use crate::error::{Error, Result};
+use crate::hold::engine::Engine;
 
 /// A by-value builder for [`LockClient`].
 ///
@@ -319,6 +321,41 @@ impl ClientBuilder {
     pub fn build(self) -> Result<LockClient> {
         self.config.validate()?;
         LockClient::from_parts(self.config, self.error_hook)
+    }
+}
+
+impl LockClient {
+    /// A builder for a client of the Redis at `url`.
+    ///
+    /// ```no_run
+    /// # async fn demo() -> lock_core::Result<()> {
+    /// let client = lock_core::LockClient::builder("redis://127.0.0.1:6379")
+    ///     .key_prefix("shop:")
+    ///     .build()?;
+    /// # Ok(()) }
+    /// ```
+    pub fn builder(url: impl Into<String>) -> ClientBuilder {
+        ClientBuilder::new(url)
+    }
+
+    /// Builds a client with default settings and checks that Redis answers
+    /// (see [`ping`](Self::ping), which also checks the eviction policy).
+    ///
+    /// ```no_run
+    /// # async fn demo() -> lock_core::Result<()> {
+    /// let client = lock_core::LockClient::connect("redis://127.0.0.1:6379").await?;
+    /// # Ok(()) }
+    /// ```
+    pub async fn connect(url: impl Into<String>) -> Result<Self> {
+        let client = Self::builder(url).build()?;
+        client.ping().await?;
+        Ok(client)
+    }
+
+    fn from_parts(config: ClientConfig, error_hook: Option<ErrorHook>) -> Result<Self> {
+        Ok(LockClient {
+            inner: Arc::new(Engine::start(config, error_hook)?),
+        })
     }
 }
 

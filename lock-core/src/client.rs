@@ -1,15 +1,14 @@
-//! The client, a public face: built from a configuration, it starts the
-//! engine (`hold::engine`) and hands out locks; `ping`, its id and
-//! configuration. Everything it does goes through the engine.
+//! The client, a public face over one engine (`hold::engine`): `ping`, its
+//! id, configuration and renewal count. Each primitive adds its own
+//! constructor to the client beside its face (`LockClient::lock` is in
+//! `lock.rs`), and the builder adds `LockClient::builder` and `connect`
+//! (`builder.rs`), so that this file imports none of them.
 
 use std::sync::Arc;
 
-use crate::builder::ClientBuilder;
-use crate::config::{ClientConfig, ErrorHook};
+use crate::config::ClientConfig;
 use crate::error::Result;
 use crate::hold::engine::Engine;
-use crate::lock::Lock;
-use crate::protocol::keys::LockKeys;
 
 /// A handle to a Redis server for distributed locks. Cheap to clone (an
 /// `Arc` inside), `Send + Sync`; build one per process and share it.
@@ -47,61 +46,6 @@ impl std::fmt::Debug for LockClient {
 }
 
 impl LockClient {
-    /// A builder for a client of the Redis at `url`.
-    ///
-    /// ```no_run
-    /// # async fn demo() -> lock_core::Result<()> {
-    /// let client = lock_core::LockClient::builder("redis://127.0.0.1:6379")
-    ///     .key_prefix("shop:")
-    ///     .build()?;
-    /// # Ok(()) }
-    /// ```
-    pub fn builder(url: impl Into<String>) -> ClientBuilder {
-        ClientBuilder::new(url)
-    }
-
-    /// Builds a client with default settings and checks that Redis answers
-    /// (see [`ping`](Self::ping), which also checks the eviction policy).
-    ///
-    /// ```no_run
-    /// # async fn demo() -> lock_core::Result<()> {
-    /// let client = lock_core::LockClient::connect("redis://127.0.0.1:6379").await?;
-    /// # Ok(()) }
-    /// ```
-    pub async fn connect(url: impl Into<String>) -> Result<Self> {
-        let client = Self::builder(url).build()?;
-        client.ping().await?;
-        Ok(client)
-    }
-
-    pub(crate) fn from_parts(config: ClientConfig, error_hook: Option<ErrorHook>) -> Result<Self> {
-        Ok(LockClient {
-            inner: Arc::new(Engine::start(config, error_hook)?),
-        })
-    }
-
-    /// A handle to the lock called `name` (the Redis key is the client's key
-    /// prefix followed by `name`). Checks the name; makes no Redis call.
-    /// Takes any string: `&str`, `String`, `format!(..)`.
-    ///
-    /// ```no_run
-    /// # async fn demo(client: lock_core::LockClient) -> lock_core::Result<()> {
-    /// let lock = client.lock("order:42")?;
-    /// let id = 7;
-    /// let account = client.lock(format!("account:{id}"))?;
-    /// assert!(client.lock("").unwrap_err().is_invalid_input());
-    /// # Ok(()) }
-    /// ```
-    pub fn lock(&self, name: impl AsRef<str>) -> Result<Lock> {
-        let name = name.as_ref();
-        let keys = LockKeys::new(
-            &self.inner.core.config.key_prefix,
-            name,
-            self.inner.core.config.max_name_len,
-        )?;
-        Ok(Lock::new(self.clone(), Arc::new(keys)))
-    }
-
     /// Sends PING: checks that Redis is reachable with this configuration.
     /// Then reads the server's `maxmemory-policy` (when the user may run
     /// `CONFIG GET`) and reports a policy that can evict lock keys through
@@ -116,7 +60,7 @@ impl LockClient {
     /// ```
     pub async fn ping(&self) -> Result<()> {
         self.inner.core.run_cmd(&redis::cmd("PING")).await?;
-        crate::hold::eviction::check(&self.inner.core).await;
+        crate::hold::eviction::check(&self.inner.core, &self.inner.eviction).await;
         Ok(())
     }
 

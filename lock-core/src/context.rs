@@ -22,23 +22,18 @@
 //! future with it.
 
 use std::future::Future;
-use std::sync::atomic::{AtomicU64, Ordering};
+
 use std::sync::Arc;
 
 use crate::guard::LockGuard;
 use crate::held::HeldLock;
+use crate::hold::acquire::Reentrancy;
+use crate::hold::shared::fresh_owner_number;
 use crate::hold::Hold;
+use crate::lock::Lock;
 
 tokio::task_local! {
     static CURRENT: LockContext;
-}
-
-/// Owner numbers, unique in this process: contexts and context-less
-/// acquisitions draw from the same counter, so they never collide.
-static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
-
-pub(crate) fn fresh_owner_number() -> u64 {
-    NEXT_OWNER.fetch_add(1, Ordering::Relaxed)
 }
 
 /// A lock context: the task-local scope in which acquisitions re-enter
@@ -245,14 +240,65 @@ pub async fn in_context<F: Future>(fut: F) -> F::Output {
     }
 }
 
+impl HeldLock {
+    /// The lock of the innermost locked section the current task runs in:
+    /// the body of a `#[distributed_lock]` function, a handler behind
+    /// lock-tower's `LockLayer`, or a future scoped with
+    /// [`LockContext::enter`]. `None` outside any section (and in a task
+    /// spawned from one: pass the handle into the task instead). No call
+    /// to Redis.
+    ///
+    /// ```no_run
+    /// # #[cfg(feature = "macros")]
+    /// # mod demo {
+    /// use lock_core::{distributed_lock, HeldLock};
+    ///
+    /// #[distributed_lock(key = "account:{id}")]
+    /// async fn withdraw(id: u64, amount: u64) -> lock_core::Result<u64> {
+    ///     let held = HeldLock::current().expect("runs under its lock");
+    ///     // send the token with the write; the store rejects older tokens
+    ///     Ok(held.fencing_token())
+    /// }
+    /// # }
+    /// ```
+    pub fn current() -> Option<HeldLock> {
+        LockContext::current()?.innermost_section()
+    }
+
+    /// The hold of `lock` among the locked sections the current task runs
+    /// in (the innermost one of that lock), for code nested in several
+    /// sections. `None` when the task runs in no section of `lock`.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: lock_core::LockClient) -> lock_core::Result<()> {
+    /// use lock_core::HeldLock;
+    ///
+    /// let lock = client.lock("account:7")?;
+    /// assert!(HeldLock::current_for(&lock).is_none()); // not in its section
+    /// # Ok(()) }
+    /// ```
+    pub fn current_for(lock: &Lock) -> Option<HeldLock> {
+        LockContext::current()?.section(&lock.client.inner.core.client_id, lock.key())
+    }
+}
+
+impl Lock {
+    /// What the current lock context holds that an acquisition of this
+    /// lock may re-enter.
+    pub(crate) fn reentrancy(&self) -> Reentrancy {
+        let Some(ctx) = LockContext::current() else {
+            return Reentrancy::default();
+        };
+        Reentrancy {
+            section: ctx.section_hold(&self.client.inner.core.client_id, &self.keys.lock),
+            context: Some(ctx.id()),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn fresh_owner_numbers_differ() {
-        assert_ne!(fresh_owner_number(), fresh_owner_number());
-    }
 
     #[tokio::test]
     async fn the_same_context_is_seen_inside_its_scope() {

@@ -7,10 +7,8 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::context::LockContext;
 use crate::error::{Error, Result};
 use crate::hold::Hold;
-use crate::lock::Lock;
 use crate::protocol::keys::LockKeys;
 
 /// A held lock, seen from the code that runs under it. Cheap to clone
@@ -64,46 +62,6 @@ impl HeldLock {
 
     pub(crate) fn hold(&self) -> &Arc<Hold> {
         &self.hold
-    }
-
-    /// The lock of the innermost locked section the current task runs in:
-    /// the body of a `#[distributed_lock]` function, a handler behind
-    /// lock-tower's `LockLayer`, or a future scoped with
-    /// [`LockContext::enter`]. `None` outside any section (and in a task
-    /// spawned from one: pass the handle into the task instead). No call
-    /// to Redis.
-    ///
-    /// ```no_run
-    /// # #[cfg(feature = "macros")]
-    /// # mod demo {
-    /// use lock_core::{distributed_lock, HeldLock};
-    ///
-    /// #[distributed_lock(key = "account:{id}")]
-    /// async fn withdraw(id: u64, amount: u64) -> lock_core::Result<u64> {
-    ///     let held = HeldLock::current().expect("runs under its lock");
-    ///     // send the token with the write; the store rejects older tokens
-    ///     Ok(held.fencing_token())
-    /// }
-    /// # }
-    /// ```
-    pub fn current() -> Option<HeldLock> {
-        LockContext::current()?.innermost_section()
-    }
-
-    /// The hold of `lock` among the locked sections the current task runs
-    /// in (the innermost one of that lock), for code nested in several
-    /// sections. `None` when the task runs in no section of `lock`.
-    ///
-    /// ```no_run
-    /// # async fn demo(client: lock_core::LockClient) -> lock_core::Result<()> {
-    /// use lock_core::HeldLock;
-    ///
-    /// let lock = client.lock("account:7")?;
-    /// assert!(HeldLock::current_for(&lock).is_none()); // not in its section
-    /// # Ok(()) }
-    /// ```
-    pub fn current_for(lock: &Lock) -> Option<HeldLock> {
-        LockContext::current()?.section(&lock.client.inner.core.client_id, lock.key())
     }
 
     /// The lock's name (without the client's key prefix).

@@ -7,12 +7,12 @@ use redis::Value;
 use tracing::Instrument;
 
 use crate::client::LockClient;
-use crate::context::LockContext;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
-use crate::hold::acquire::{lease_ms, Reentrancy, Target};
+use crate::hold::lease_ms;
 use crate::hold::release::Released;
 use crate::hold::run_to_end::RunToEnd;
+use crate::hold::target::Target;
 use crate::hold::Hold;
 use crate::options::{AcquireOptions, Wait};
 use crate::protocol::force_unlock::{force_unlock_cmd, ForceUnlockReply};
@@ -88,7 +88,7 @@ impl Lock {
 
     /// Acquires the lock, waiting as long as it takes; the watchdog keeps it
     /// until the guard is released or dropped. Re-enters when the current
-    /// [`LockContext`] holds it already.
+    /// [`LockContext`](crate::LockContext) holds it already.
     ///
     /// Cancel-safe: when this future is dropped after the request reached
     /// Redis, a lock it took is released in the background.
@@ -181,18 +181,6 @@ impl Lock {
         }
     }
 
-    /// What the current lock context holds that an acquisition of this
-    /// lock may re-enter.
-    fn reentrancy(&self) -> Reentrancy {
-        let Some(ctx) = LockContext::current() else {
-            return Reentrancy::default();
-        };
-        Reentrancy {
-            section: ctx.section_hold(&self.client.inner.core.client_id, &self.keys.lock),
-            context: Some(ctx.id()),
-        }
-    }
-
     /// Every acquire method's way into the engine.
     async fn acquire_inner(&self, options: AcquireOptions) -> Result<Option<LockGuard>> {
         let reentrancy = self.reentrancy();
@@ -256,7 +244,7 @@ impl Lock {
         }
     }
 
-    /// How many times the current [`LockContext`] holds the lock (re-entries
+    /// How many times the current [`LockContext`](crate::LockContext) holds the lock (re-entries
     /// included); 0 outside a context or when it does not hold it.
     ///
     /// ```no_run
@@ -283,7 +271,7 @@ impl Lock {
             .map_err(|e| Error::Protocol(format!("HGET answered a non-count: {e}")))
     }
 
-    /// Whether the current [`LockContext`] holds the lock.
+    /// Whether the current [`LockContext`](crate::LockContext) holds the lock.
     ///
     /// ```no_run
     /// # async fn demo(lock: lock_core::Lock) -> lock_core::Result<()> {
@@ -316,7 +304,7 @@ impl Lock {
         }
     }
 
-    /// Releases one hold of the current [`LockContext`], Redisson-style,
+    /// Releases one hold of the current [`LockContext`](crate::LockContext), Redisson-style,
     /// without a guard. Fails with [`Error::NotHeld`] (and changes nothing)
     /// when the context does not hold the lock, or outside any context.
     ///
@@ -365,5 +353,29 @@ impl Lock {
             Released::NotHeld => Err(not_held()),
             _ => Ok(()),
         }
+    }
+}
+
+impl LockClient {
+    /// A handle to the lock called `name` (the Redis key is the client's key
+    /// prefix followed by `name`). Checks the name; makes no Redis call.
+    /// Takes any string: `&str`, `String`, `format!(..)`.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: lock_core::LockClient) -> lock_core::Result<()> {
+    /// let lock = client.lock("order:42")?;
+    /// let id = 7;
+    /// let account = client.lock(format!("account:{id}"))?;
+    /// assert!(client.lock("").unwrap_err().is_invalid_input());
+    /// # Ok(()) }
+    /// ```
+    pub fn lock(&self, name: impl AsRef<str>) -> Result<Lock> {
+        let name = name.as_ref();
+        let keys = LockKeys::new(
+            &self.inner.core.config.key_prefix,
+            name,
+            self.inner.core.config.max_name_len,
+        )?;
+        Ok(Lock::new(self.clone(), Arc::new(keys)))
     }
 }

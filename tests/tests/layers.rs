@@ -1,11 +1,24 @@
-//! lock-core's layer rule (issue 22, `docs/hold-lifecycle.md`): a module
-//! under `transport/` imports only the leaves (`config`, `error`,
-//! `metrics`) and the transport; a module under `protocol/` also the
-//! transport, never the hold engine or the public faces above it. Read
-//! from the sources: every `crate::<module>` path in code (comments and
-//! doc comments are not imports).
+//! lock-core's layer rule (`docs/architecture.md`): each layer imports only
+//! the layers below it.
+//!
+//! | layer | may import |
+//! |---|---|
+//! | leaves: `error.rs`, `metrics.rs`, `config/`, `options.rs` | `error` (and `config` for `options`) |
+//! | `transport/` | the leaves and itself |
+//! | `protocol/` | the transport, the leaves and itself |
+//! | `hold/` (the engine) | the protocol, the transport, the leaves and itself |
+//! | the public faces (`client.rs`, `lock.rs`, `guard.rs`, ...) | anything below |
+//!
+//! Read from the sources: every `crate::<module>` path in code (comments
+//! and doc comments are not imports). A second check finds import circles
+//! between any two files of the crate, faces included.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../lock-core/src")
+}
 
 fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     let entries = std::fs::read_dir(dir).unwrap_or_else(|e| panic!("{}: {e}", dir.display()));
@@ -19,7 +32,20 @@ fn sources(dir: &Path, out: &mut Vec<PathBuf>) {
     }
 }
 
-/// The top-level modules a file's code names through `crate::` paths.
+/// The code of a file before its unit tests (the `mod tests` at the end
+/// of a file, with its `#[cfg(test)]` line, may use anything).
+fn code_of(text: &str) -> &str {
+    match text.find("\nmod tests {") {
+        Some(at) => {
+            let attribute = text[..at].rfind('\n').unwrap_or(at);
+            &text[..attribute]
+        }
+        None => text,
+    }
+}
+
+/// The module paths a file's code names through `crate::` paths, each with
+/// its line: `crate::hold::queue::Waiter` gives `hold::queue::Waiter`.
 fn crate_paths(text: &str) -> Vec<(usize, String)> {
     let mut found = Vec::new();
     for (n, line) in text.lines().enumerate() {
@@ -27,25 +53,26 @@ fn crate_paths(text: &str) -> Vec<(usize, String)> {
         let mut rest = code;
         while let Some(at) = rest.find("crate::") {
             let after = &rest[at + "crate::".len()..];
-            let name: String = after
+            let path: String = after
                 .chars()
-                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
                 .collect();
+            let path = path.trim_end_matches(':');
             // `crate::{a, b}` groups: each name counts.
-            if name.is_empty() && after.starts_with('{') {
+            if path.is_empty() && after.starts_with('{') {
                 let group = after[1..].split('}').next().unwrap_or_default();
                 for item in group.split(',') {
                     let item: String = item
                         .trim()
                         .chars()
-                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
                         .collect();
                     if !item.is_empty() {
-                        found.push((n + 1, item));
+                        found.push((n + 1, item.trim_end_matches(':').to_string()));
                     }
                 }
-            } else if !name.is_empty() {
-                found.push((n + 1, name));
+            } else if !path.is_empty() {
+                found.push((n + 1, path.to_string()));
             }
             rest = after;
         }
@@ -53,18 +80,30 @@ fn crate_paths(text: &str) -> Vec<(usize, String)> {
     found
 }
 
+/// The first segment of a module path: its top-level module.
+fn top(path: &str) -> &str {
+    path.split("::").next().unwrap_or_default()
+}
+
+/// Every import of `layer` (a folder or a file without `.rs`) whose
+/// top-level module is not in `allowed`.
 fn violations(layer: &str, allowed: &[&str]) -> Vec<String> {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../lock-core/src");
+    let root = root();
     let mut files = Vec::new();
-    sources(&root.join(layer), &mut files);
-    assert!(!files.is_empty(), "no sources under {layer}/");
+    let dir = root.join(layer);
+    if dir.is_dir() {
+        sources(&dir, &mut files);
+    } else {
+        files.push(root.join(format!("{layer}.rs")));
+    }
+    assert!(files.iter().all(|f| f.exists()), "no sources for {layer}");
     let mut out = Vec::new();
     for file in files {
         let text = std::fs::read_to_string(&file).expect("source");
-        for (line, module) in crate_paths(&text) {
-            if !allowed.contains(&module.as_str()) {
+        for (line, path) in crate_paths(code_of(&text)) {
+            if !allowed.contains(&top(&path)) {
                 out.push(format!(
-                    "{}:{line} imports crate::{module}",
+                    "{}:{line} imports crate::{path}",
                     file.strip_prefix(&root).unwrap_or(&file).display()
                 ));
             }
@@ -73,17 +112,29 @@ fn violations(layer: &str, allowed: &[&str]) -> Vec<String> {
     out
 }
 
-const LEAVES: &[&str] = &["config", "error", "metrics"];
+fn assert_layer(layer: &str, allowed: &[&str]) {
+    let found = violations(layer, allowed);
+    assert!(
+        found.is_empty(),
+        "{layer} imports a layer above it:\n{}",
+        found.join("\n")
+    );
+}
+
+const LEAVES: &[&str] = &["config", "error", "metrics", "options"];
+
+#[test]
+fn the_leaves_import_only_what_is_below_them() {
+    assert_layer("error", &[]);
+    assert_layer("metrics", &["error"]);
+    assert_layer("config", &["config", "error"]);
+    assert_layer("options", &["config", "error"]);
+}
 
 #[test]
 fn transport_imports_only_the_leaves_and_itself() {
     let allowed: Vec<&str> = LEAVES.iter().copied().chain(["transport"]).collect();
-    let found = violations("transport", &allowed);
-    assert!(
-        found.is_empty(),
-        "transport/ imports a layer above it:\n{}",
-        found.join("\n")
-    );
+    assert_layer("transport", &allowed);
 }
 
 #[test]
@@ -93,17 +144,132 @@ fn protocol_imports_only_the_transport_the_leaves_and_itself() {
         .copied()
         .chain(["transport", "protocol"])
         .collect();
-    let found = violations("protocol", &allowed);
+    assert_layer("protocol", &allowed);
+}
+
+#[test]
+fn the_hold_engine_imports_no_public_face() {
+    let allowed: Vec<&str> = LEAVES
+        .iter()
+        .copied()
+        .chain(["transport", "protocol", "hold"])
+        .collect();
+    assert_layer("hold", &allowed);
+}
+
+/// Every file of the crate as a module path (`hold/queue.rs` is
+/// `hold::queue`, `hold/mod.rs` is `hold`), with the modules its code
+/// imports (the longest known module of each `crate::` path).
+fn import_graph() -> BTreeMap<String, BTreeSet<String>> {
+    let root = root();
+    let mut files = Vec::new();
+    sources(&root, &mut files);
+    let module_of = |file: &Path| -> String {
+        let rel = file.strip_prefix(&root).unwrap_or(file).with_extension("");
+        let parts: Vec<String> = rel
+            .components()
+            .map(|c| c.as_os_str().to_string_lossy().into_owned())
+            .filter(|p| p != "mod")
+            .collect();
+        parts.join("::")
+    };
+    let modules: BTreeSet<String> = files.iter().map(|f| module_of(f)).collect();
+    let mut graph = BTreeMap::new();
+    for file in &files {
+        let me = module_of(file);
+        let text = std::fs::read_to_string(file).expect("source");
+        let mut imports = BTreeSet::new();
+        for (_, path) in crate_paths(code_of(&text)) {
+            let segments: Vec<&str> = path.split("::").collect();
+            let known = (1..=segments.len())
+                .rev()
+                .map(|k| segments[..k].join("::"))
+                .find(|m| modules.contains(m));
+            if let Some(module) = known {
+                if module != me {
+                    imports.insert(module);
+                }
+            }
+        }
+        graph.insert(me, imports);
+    }
+    graph
+}
+
+/// The groups of modules that import each other, directly or around a
+/// circle (strongly connected components of more than one module).
+fn circles(graph: &BTreeMap<String, BTreeSet<String>>) -> Vec<Vec<String>> {
+    // Two modules are in one circle when each reaches the other.
+    let reach = |from: &String| -> BTreeSet<String> {
+        let mut seen = BTreeSet::new();
+        let mut todo = vec![from.clone()];
+        while let Some(m) = todo.pop() {
+            for next in graph.get(&m).into_iter().flatten() {
+                if seen.insert(next.clone()) {
+                    todo.push(next.clone());
+                }
+            }
+        }
+        seen
+    };
+    let reaches: BTreeMap<&String, BTreeSet<String>> =
+        graph.keys().map(|m| (m, reach(m))).collect();
+    let mut done = BTreeSet::new();
+    let mut out = Vec::new();
+    for m in graph.keys() {
+        if done.contains(m) {
+            continue;
+        }
+        let group: Vec<String> = graph
+            .keys()
+            .filter(|o| *o == m || (reaches[m].contains(*o) && reaches[*o].contains(m)))
+            .cloned()
+            .collect();
+        done.extend(group.iter().cloned());
+        if group.len() > 1 {
+            out.push(group);
+        }
+    }
+    out
+}
+
+#[test]
+fn no_two_modules_import_each_other() {
+    let graph = import_graph();
+    assert!(graph.len() > 40, "the crate's files were not found");
+    let found = circles(&graph);
     assert!(
         found.is_empty(),
-        "protocol/ imports a layer above it:\n{}",
-        found.join("\n")
+        "modules that import each other (directly or around a circle):\n{}",
+        found
+            .iter()
+            .map(|c| c.join(" -> "))
+            .collect::<Vec<_>>()
+            .join("\n")
     );
 }
 
 #[test]
-fn the_check_sees_an_import_from_above() {
+fn the_checks_see_an_import_from_above_and_a_circle() {
     let planted = "use crate::client::Core;\n// crate::lock in a comment\nuse crate::{error::Error, hold::Hold};\n";
     let names: Vec<String> = crate_paths(planted).into_iter().map(|(_, m)| m).collect();
-    assert_eq!(names, ["client", "error", "hold"]);
+    assert_eq!(names, ["client::Core", "error::Error", "hold::Hold"]);
+    let tops: Vec<&str> = names.iter().map(|n| top(n)).collect();
+    assert_eq!(tops, ["client", "error", "hold"]);
+    // A planted circle a -> b -> c -> a beside a module outside it.
+    let edges = [("a", "b"), ("b", "c"), ("c", "a"), ("d", "a")];
+    let mut graph: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+    for (from, to) in edges {
+        graph.entry(from.into()).or_default().insert(to.into());
+        graph.entry(to.into()).or_default();
+    }
+    assert_eq!(circles(&graph), [["a", "b", "c"]]);
+    // The unit tests at the end of a file are not imports.
+    let with_tests =
+        "use crate::error::Error;\n#[cfg(test)]\nmod tests {\n    use crate::lock::Lock;\n}\n";
+    let names: Vec<String> = crate_paths(code_of(with_tests))
+        .into_iter()
+        .map(|(_, m)| m)
+        .collect();
+    assert_eq!(names, ["error::Error"]);
 }

@@ -18,36 +18,19 @@ use tracing::Instrument;
 use crate::config::ReplicaAck;
 use crate::error::{Error, Result};
 use crate::hold::count::OwnedCount;
-use crate::hold::engine::Engine;
+use crate::hold::lease_ms;
 use crate::hold::queue::{Holding, Turn, Waiter};
 use crate::hold::release::ReleaseJob;
 use crate::hold::replicas::Confirmed;
 use crate::hold::run_to_end::RunToEnd;
 use crate::hold::shared::Core;
+use crate::hold::target::Target;
 use crate::hold::Hold;
 use crate::metrics::{self, AcquireOutcome};
 use crate::options::{AcquireOptions, Wait};
 use crate::protocol::acquire::{AcquireCall, AcquireMode, AcquireReply, Line};
 use crate::protocol::cancel::CancelMode;
-use crate::protocol::keys::LockKeys;
 use crate::transport::pubsub::{Status, Subscription};
-
-/// One lock of one client, as the engine sees it: the client's engine and
-/// the lock's keys. Every public face of a lock (its handle, its guards)
-/// reaches the engine through one.
-#[derive(Clone)]
-pub(crate) struct Target {
-    pub(crate) engine: Arc<Engine>,
-    pub(crate) keys: Arc<LockKeys>,
-}
-
-impl std::fmt::Debug for Target {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Target")
-            .field("key", &self.keys.lock)
-            .finish()
-    }
-}
 
 /// What the caller's context holds that an acquisition may re-enter.
 #[derive(Debug, Default)]
@@ -1040,11 +1023,6 @@ fn conclude(got: Result<Got>, started: Instant) -> Result<Option<OwnedCount>> {
     };
     metrics::acquisition(outcome, started);
     out
-}
-
-pub(crate) fn lease_ms(lease: Option<Duration>, watchdog_timeout: Duration) -> u64 {
-    let ms = lease.unwrap_or(watchdog_timeout).as_millis();
-    u64::try_from(ms).unwrap_or(u64::MAX).max(1)
 }
 
 /// The error of a wait that cannot hear unlock messages: Redis refused the

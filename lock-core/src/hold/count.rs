@@ -8,9 +8,10 @@ use std::time::Duration;
 use tracing::Instrument;
 
 use crate::error::{Error, Result};
-use crate::hold::acquire::{lease_ms, Target};
+use crate::hold::lease_ms;
 use crate::hold::release::{ReleaseJob, Released};
 use crate::hold::run_to_end::RunToEnd;
+use crate::hold::target::Target;
 use crate::hold::Hold;
 
 /// One count of a hold, as its owner has it: which lock, which hold, which

@@ -10,6 +10,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{ClientConfig, ErrorHook};
 use crate::error::{Error, Result};
+use crate::hold::eviction::EvictionCheck;
 use crate::hold::shared::Core;
 use crate::hold::watchdog::Watchdog;
 use crate::transport::connection::{build_pool, Manager};
@@ -18,6 +19,8 @@ use crate::transport::pubsub::PubSub;
 /// One client's engine (see the module docs).
 pub(crate) struct Engine {
     pub(crate) core: Arc<Core>,
+    /// What the server's eviction policy was last seen as (see `eviction.rs`).
+    pub(crate) eviction: EvictionCheck,
     pub(crate) watchdog: Watchdog,
     pub(crate) pubsub: PubSub,
     /// Stops the watchdog and the pub/sub task.
@@ -63,6 +66,7 @@ impl Engine {
         );
         Ok(Engine {
             core,
+            eviction: EvictionCheck::default(),
             watchdog,
             pubsub,
             stop_tasks,

@@ -59,8 +59,8 @@ pub(crate) fn eviction_error(policy: &str) -> Error {
 /// Reads the server's `maxmemory-policy` and reports an evicting one
 /// (tracing and the error hook), once per policy seen. Never fails: the
 /// check is advice, and a refusal or a failure only skips it.
-pub(crate) async fn check(core: &Core) {
-    if *core.eviction.state() == State::Unavailable {
+pub(crate) async fn check(core: &Core, eviction: &EvictionCheck) {
+    if *eviction.state() == State::Unavailable {
         return;
     }
     let mut cmd = redis::cmd("CONFIG");
@@ -78,7 +78,7 @@ pub(crate) async fn check(core: &Core) {
         },
         Err(e) if is_unavailable(&e) => {
             tracing::debug!(error = %e, "CONFIG GET maxmemory-policy refused or unknown; eviction check skipped");
-            *core.eviction.state() = State::Unavailable;
+            *eviction.state() = State::Unavailable;
             return;
         }
         Err(e) => {
@@ -87,7 +87,7 @@ pub(crate) async fn check(core: &Core) {
         }
     };
     {
-        let mut state = core.eviction.state();
+        let mut state = eviction.state();
         if matches!(&*state, State::Seen(p) if *p == policy) {
             return;
         }

@@ -42,6 +42,7 @@ pub(crate) mod replicas;
 pub(crate) mod run_to_end;
 pub(crate) mod shared;
 pub(crate) mod slot_owners;
+pub(crate) mod target;
 pub(crate) mod watchdog;
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
@@ -53,6 +54,13 @@ use tokio_util::sync::CancellationToken;
 
 use crate::metrics::HeldGauge;
 use crate::protocol::keys::LockKeys;
+
+/// The lease of a hold in milliseconds: the fixed one asked for, or the
+/// watchdog's; at least 1.
+pub(crate) fn lease_ms(lease: Option<Duration>, watchdog_timeout: Duration) -> u64 {
+    let ms = lease.unwrap_or(watchdog_timeout).as_millis();
+    u64::try_from(ms).unwrap_or(u64::MAX).max(1)
+}
 
 /// The part of a lease that is not trusted: clocks of the client and of the
 /// Redis server may run at slightly different rates, and timers fire late.

@@ -142,8 +142,7 @@ impl Core {
                 return first.unwrap_or(result);
             };
             let next_lease = next.lease.unwrap_or(self.config.watchdog_timeout);
-            let next_lease_ms =
-                crate::hold::acquire::lease_ms(next.lease, self.config.watchdog_timeout);
+            let next_lease_ms = crate::hold::lease_ms(next.lease, self.config.watchdog_timeout);
             let next_owner = self.new_owner();
             let sent_at = tokio::time::Instant::now();
             match self

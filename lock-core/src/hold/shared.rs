@@ -40,8 +40,6 @@ pub(crate) struct Core {
     /// The random id of the client: every hold's owner id starts with it.
     pub(crate) client_id: Arc<str>,
     pub(crate) pool: Pool,
-    /// What the server's eviction policy was last seen as (see `eviction.rs`).
-    pub(crate) eviction: crate::hold::eviction::EvictionCheck,
     pub(crate) scripts: Scripts,
     /// Waiters of this client, per lock, and its current holdings.
     pub(crate) queues: LocalQueues,
@@ -98,7 +96,6 @@ impl Core {
         Core {
             client_id: Arc::from(uuid::Uuid::new_v4().to_string()),
             pool,
-            eviction: crate::hold::eviction::EvictionCheck::default(),
             scripts: Scripts::new(),
             queues: LocalQueues::default(),
             rtt_us: AtomicU64::new(1000),
@@ -284,11 +281,7 @@ impl Core {
 
     /// An owner id no hold ever had: `"<client-id>:<n>"`.
     pub(crate) fn new_owner(&self) -> Arc<str> {
-        Arc::from(format!(
-            "{}:{}",
-            self.client_id,
-            crate::context::fresh_owner_number()
-        ))
+        Arc::from(format!("{}:{}", self.client_id, fresh_owner_number()))
     }
 
     /// A request id no other request of any client has.
@@ -367,7 +360,25 @@ impl Core {
     }
 }
 
+/// Owner numbers, unique in this process: contexts and context-less
+/// acquisitions draw from the same counter, so they never collide.
+static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
+
+pub(crate) fn fresh_owner_number() -> u64 {
+    NEXT_OWNER.fetch_add(1, Ordering::Relaxed)
+}
+
 /// `d` in whole milliseconds, at least 1.
 pub(crate) fn duration_ms(d: Duration) -> u64 {
     u64::try_from(d.as_millis()).unwrap_or(u64::MAX).max(1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fresh_owner_numbers_differ() {
+        assert_ne!(fresh_owner_number(), fresh_owner_number());
+    }
 }

@@ -1,6 +1,6 @@
 //! `release.lua`: release one count of a hold, naming the count the client
 //! knows the hold has (see the script's header and
-//! `docs/hold-lifecycle.md`, "Applied at most once").
+//! `docs/architecture.md`, "Applied at most once").
 
 use redis::{Cmd, Value};
 

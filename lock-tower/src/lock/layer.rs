@@ -4,10 +4,11 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, LockClient, MAX_LEASE};
+use lock_core::LockClient;
 use tower_layer::Layer;
 
 use super::service::Lock;
+use super::settings::{Settings, Shared};
 use crate::flavour::Generic;
 
 /// How long a request waits for its lock by default before it is answered
@@ -19,37 +20,6 @@ use crate::flavour::Generic;
 /// assert_eq!(lock_tower::DEFAULT_WAIT, std::time::Duration::from_secs(5));
 /// ```
 pub const DEFAULT_WAIT: Duration = Duration::from_secs(5);
-
-/// What every service made by one layer shares: the client (whose local
-/// per-key queues and pub/sub connection are shared by all of them) and
-/// the key function. axum clones a layer for every route; they all point
-/// at this one value.
-pub(crate) struct Shared<K> {
-    pub(crate) client: LockClient,
-    pub(crate) key: K,
-}
-
-/// The wait bound, the lease, and whether a lost lock cancels the request.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Settings {
-    wait: Duration,
-    lease: Option<Duration>,
-    pub(crate) cancel_on_lost: bool,
-}
-
-impl Settings {
-    pub(crate) fn acquire_options(self) -> AcquireOptions {
-        let options = if self.wait.is_zero() {
-            AcquireOptions::new().no_wait()
-        } else {
-            AcquireOptions::new().wait(self.wait)
-        };
-        match self.lease {
-            Some(lease) => options.lease(lease.clamp(Duration::from_millis(1), MAX_LEASE)),
-            None => options,
-        }
-    }
-}
 
 /// A tower [`Layer`] that serializes requests per key: requests whose key
 /// function gives the same key run one at a time across every process
@@ -148,7 +118,7 @@ impl<K, F> LockLayer<K, F> {
     }
 
     /// Holds each lock for at most `lease` (clamped to 1 ms …
-    /// [`MAX_LEASE`]): the lock expires then even if the request still
+    /// [`MAX_LEASE`](lock_core::MAX_LEASE)): the lock expires then even if the request still
     /// runs, and is never renewed. Without it (the default) the client's
     /// watchdog keeps the lock for as long as the request holds it.
     ///
@@ -280,32 +250,6 @@ impl<S, K, F> Layer<S> for LockLayer<K, F> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_zero_wait_is_one_attempt_and_leases_are_clamped() {
-        let s = Settings {
-            wait: Duration::ZERO,
-            lease: Some(Duration::ZERO),
-            cancel_on_lost: false,
-        };
-        assert_eq!(
-            s.acquire_options(),
-            AcquireOptions::new()
-                .no_wait()
-                .lease(Duration::from_millis(1))
-        );
-        let s = Settings {
-            wait: Duration::from_secs(1),
-            lease: Some(Duration::MAX),
-            cancel_on_lost: false,
-        };
-        assert_eq!(
-            s.acquire_options(),
-            AcquireOptions::new()
-                .wait(Duration::from_secs(1))
-                .lease(MAX_LEASE)
-        );
-    }
 
     #[tokio::test]
     async fn debug_hides_the_redis_password() {

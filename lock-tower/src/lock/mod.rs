@@ -9,6 +9,7 @@
 mod future;
 mod layer;
 mod service;
+mod settings;
 
 pub use future::ResponseFuture;
 pub use layer::{LockLayer, DEFAULT_WAIT};

@@ -8,7 +8,7 @@ use lock_core::LockContext;
 use tower_service::Service;
 
 use super::future::ResponseFuture;
-use super::layer::{Settings, Shared};
+use super::settings::{Settings, Shared};
 use crate::error::LockError;
 use crate::flavour::{AttachHeldLock, Flavour};
 use crate::key::MakeLockKey;
