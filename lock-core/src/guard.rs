@@ -35,10 +35,26 @@ use crate::protocol::keys::LockKeys;
 /// # Ok(()) }
 /// # async fn do_the_work(_token: u64) {}
 /// ```
-#[derive(Debug)]
 #[must_use = "dropping the guard releases the lock at once"]
 pub struct LockGuard {
     count: OwnedCount,
+}
+
+impl std::fmt::Debug for LockGuard {
+    /// The lock, its hold and whether it is still held:
+    /// `LockGuard { lock: "order:42", key: "shop:order:42", owner: "<client-id>:7",
+    /// fencing_token: .., lease: None, held: true }`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let count = self.held();
+        f.debug_struct("LockGuard")
+            .field("lock", &count.target.keys.name)
+            .field("key", &count.target.keys.lock)
+            .field("owner", &count.hold.owner)
+            .field("fencing_token", &count.hold.token)
+            .field("lease", &count.lease)
+            .field("held", &count.hold.is_valid())
+            .finish()
+    }
 }
 
 impl LockGuard {
@@ -220,5 +236,43 @@ impl LockGuard {
     /// ```
     pub async fn release(self) -> Result<()> {
         self.count.release().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use tokio::time::Instant;
+
+    use super::*;
+    use crate::hold::Hold;
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn debug_names_the_lock_its_hold_and_whether_it_is_held() {
+        // Connections open lazily: no server is needed to build a client.
+        let client = crate::LockClient::builder("redis://127.0.0.1:1")
+            .key_prefix("shop:")
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"));
+        let lock = client.lock("order:42").unwrap_or_else(|e| panic!("{e}"));
+        let target = lock.target();
+        let hold = Hold::granted(
+            target.keys.clone(),
+            Arc::from("c:7"),
+            99,
+            None,
+            Instant::now(),
+            Duration::from_secs(60),
+        )
+        .expect("a fresh grant is valid");
+        let guard = LockGuard::new(OwnedCount::new(target, hold, Some(Duration::from_secs(60))));
+        assert_eq!(
+            format!("{guard:?}"),
+            "LockGuard { lock: \"order:42\", key: \"shop:order:42\", owner: \"c:7\", \
+             fencing_token: 99, lease: Some(60s), held: true }"
+        );
+        // Not released in Redis (there is none): the hold is known gone.
+        guard.count.hold().mark_gone("test");
     }
 }
