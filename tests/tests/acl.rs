@@ -6,11 +6,11 @@
 //! optional `CONFIG GET`). A user missing one of the key patterns gets a
 //! prompt `NOPERM` error (`is_no_permission()`), never a hang.
 
-mod common;
+mod support;
 
 use std::time::{Duration, Instant};
 
-use common::within;
+use crate::support::within;
 use lock_core::LockClient;
 use lock_tests::{RedisServer, RespValue};
 
@@ -204,7 +204,7 @@ async fn a_user_with_the_documented_acl_can_do_everything() {
     let g = lock.try_acquire().await.expect("try").expect("free");
     drop(g);
     assert!(
-        common::eventually(Duration::from_secs(2), || async {
+        support::eventually(Duration::from_secs(2), || async {
             !lock.is_locked().await.unwrap_or(true)
         })
         .await

@@ -3,13 +3,13 @@
 //! call fails), never hidden behind polling; a release whose unlock message
 //! is refused still frees the lock and says so.
 
-mod common;
+mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{cmd, within};
+use crate::support::{cmd, within};
 use lock_core::LockClient;
 use lock_tests::RedisServer;
 

@@ -11,13 +11,12 @@
 //! on the slot's primary, `EXISTS` on the node that serves a slot, and
 //! other clients taking the lock.
 
-mod common;
-mod tower_support;
+mod support;
 
 use std::process::Stdio;
 use std::time::Duration;
 
-use common::{cmd, spawn_child, within};
+use crate::support::{cmd, spawn_child, within};
 use lock_core::{AcquireOptions, LockClient};
 use lock_tests::RedisCluster;
 use redis::cluster_async::ClusterConnection;
@@ -126,7 +125,7 @@ async fn section(conn: &mut ClusterConnection, name: &str) {
     let _: i64 = cmd(conn, &["DECR", &inside]).await;
 }
 
-/// The child process entry point (`common::spawn_child`).
+/// The child process entry point (`support::spawn_child`).
 #[test]
 #[ignore = "child process of the cluster suite"]
 fn child_process() {
@@ -478,7 +477,7 @@ async fn a_redisson_protocol_client_and_lock_core_wake_each_other_by_sharded_pub
 
     // 1. The Redisson-protocol client holds (30 s lease); lock-core waits
     //    and is woken by its SPUBLISH.
-    let held: Option<i64> = redis::Script::new(common::REDISSON_ACQUIRE)
+    let held: Option<i64> = redis::Script::new(support::REDISSON_ACQUIRE)
         .key(name)
         .arg(30_000)
         .arg(java_owner)
@@ -491,7 +490,7 @@ async fn a_redisson_protocol_client_and_lock_core_wake_each_other_by_sharded_pub
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(!waiter.is_finished());
     let released = Instant::now();
-    let freed: Option<i64> = redis::Script::new(common::REDISSON_RELEASE)
+    let freed: Option<i64> = redis::Script::new(support::REDISSON_RELEASE)
         .key(name)
         .key(&channel)
         .arg(java_owner)
@@ -777,13 +776,13 @@ async fn the_tower_layer_serializes_requests_per_key_on_a_cluster() {
             ),
         )
         .layer(LockLayer::new(cl, PathSegment::after("orders")));
-    let server = tower_support::HttpServer::start(app).await;
-    let http = tower_support::http_client();
+    let server = support::layer::HttpServer::start(app).await;
+    let http = support::layer::http_client();
     let ids = ["a-1", "b-2", "c-3"];
     let per_id = 8;
     let replies = futures_util::future::join_all((0..per_id).flat_map(|_| {
         ids.iter()
-            .map(|id| tower_support::send(&http, "POST", server.url(&format!("/orders/{id}"))))
+            .map(|id| support::layer::send(&http, "POST", server.url(&format!("/orders/{id}"))))
     }))
     .await;
     assert!(replies.iter().all(|r| r.status == 200));
@@ -1039,7 +1038,7 @@ async fn one_stalled_primary(command_timeout: Duration) -> StallFigures {
     // its guard's owner id, with a TTL.
     let mut missing_in_redis = 0;
     for p in &healthy {
-        let mut conn = common::raw(&c.nodes()[*p]).await;
+        let mut conn = support::raw(&c.nodes()[*p]).await;
         let mut pipe = redis::pipe();
         for g in &guards[*p] {
             pipe.cmd("HEXISTS").arg(g.name()).arg(g.owner_id());

@@ -6,12 +6,12 @@
 //! pub/sub connection (opened when the client is built, before any
 //! command) is told apart by its id and left out.
 
-mod common;
+mod support;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::cmd;
+use crate::support::cmd;
 use lock_core::LockClient;
 use lock_tests::RedisServer;
 
@@ -90,7 +90,7 @@ async fn burst(client: &LockClient) {
             }
         });
     }
-    common::within(Duration::from_secs(20), "the burst", async {
+    support::within(Duration::from_secs(20), "the burst", async {
         while let Some(done) = tasks.join_next().await {
             done.unwrap_or_else(|e| panic!("task: {e}"));
         }
@@ -100,8 +100,8 @@ async fn burst(client: &LockClient) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn commands_of_many_tasks_share_one_connection_by_default() {
-    let server = common::server();
-    let mut observer = common::raw(&server).await;
+    let server = support::server();
+    let mut observer = support::raw(&server).await;
     let (client, pubsub) = client(&server, &mut observer, None).await;
     assert_eq!(client.config().pool_size, 1);
     burst(&client).await;
@@ -115,8 +115,8 @@ async fn commands_of_many_tasks_share_one_connection_by_default() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn pool_size_spreads_commands_over_that_many_connections() {
-    let server = common::server();
-    let mut observer = common::raw(&server).await;
+    let server = support::server();
+    let mut observer = support::raw(&server).await;
     let (client, pubsub) = client(&server, &mut observer, Some(3)).await;
     burst(&client).await;
     let conns = command_connections(&mut observer, pubsub).await;
@@ -130,8 +130,8 @@ async fn pool_size_spreads_commands_over_that_many_connections() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_connection_is_replaced_by_the_next_command() {
-    let server = common::server();
-    let mut observer = common::raw(&server).await;
+    let server = support::server();
+    let mut observer = support::raw(&server).await;
     let (client, pubsub) = client(&server, &mut observer, None).await;
     burst(&client).await;
     let before = command_connections(&mut observer, pubsub).await;

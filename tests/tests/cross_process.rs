@@ -3,13 +3,13 @@
 //! The child processes are this test binary itself, started with
 //! `--ignored --exact child_process` and a role in the environment.
 
-mod common;
+mod support;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use common::{cmd, raw};
+use crate::support::{cmd, raw};
 use lock_core::LockClient;
 use tokio::time::Instant;
 
@@ -21,7 +21,7 @@ const ROUNDS: &str = "LOCK_TEST_ROUNDS";
 const WATCHDOG_MS: &str = "LOCK_TEST_WATCHDOG_MS";
 
 fn spawn_child(envs: &[(&str, String)]) -> Child {
-    common::spawn_child(envs, Stdio::null())
+    support::spawn_child(envs, Stdio::null())
 }
 
 fn env_var(name: &str) -> String {
@@ -112,7 +112,7 @@ async fn child_hold() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_processes_of_eight_tasks_never_overlap_and_lose_no_update() {
-    let server = common::server();
+    let server = support::server();
     let (children, tasks, rounds) = (3usize, 8usize, 12usize);
     let envs = vec![
         (ROLE, "increment".to_string()),
@@ -149,7 +149,7 @@ async fn three_processes_of_eight_tasks_never_overlap_and_lose_no_update() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_killed_holder_process_is_taken_over_after_the_watchdog_timeout() {
-    let server = common::server();
+    let server = support::server();
     let watchdog_ms = 1000u64;
     let mut child = spawn_child(&[
         (ROLE, "hold".to_string()),
@@ -173,7 +173,7 @@ async fn a_killed_holder_process_is_taken_over_after_the_watchdog_timeout() {
         .unwrap_or_else(|e| panic!("reader: {e}"));
     assert!(held.is_some(), "child exited without holding");
 
-    let client = common::client_for(&server, 30_000);
+    let client = support::client_for(&server, 30_000);
     let lock = client.lock("xp:crash").unwrap_or_else(|e| panic!("{e}"));
     // Held and renewed: still locked after more than one watchdog timeout.
     tokio::time::sleep(Duration::from_millis(watchdog_ms + 300)).await;

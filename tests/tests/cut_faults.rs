@@ -7,12 +7,12 @@
 //! no hold outlives its guards, and that a release never touches another
 //! owner's hold.
 
-mod common;
+mod support;
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::{cmd, raw, within};
+use crate::support::{cmd, raw, within};
 use lock_core::{in_context, LockClient, LockGuard};
 use lock_tests::{CommandMatch, CutKind, Fault, FaultProxy, RedisServer};
 
@@ -44,7 +44,7 @@ struct Rig {
 }
 
 async fn rig(watchdog_ms: u64) -> Rig {
-    let server = common::server();
+    let server = support::server();
     let proxy = FaultProxy::start(server.addr()).unwrap_or_else(|e| panic!("proxy: {e}"));
     let client = LockClient::builder(proxy.url())
         .watchdog_timeout(Duration::from_millis(watchdog_ms))
@@ -52,7 +52,7 @@ async fn rig(watchdog_ms: u64) -> Rig {
         .connect_timeout(Duration::from_millis(500))
         .build()
         .unwrap_or_else(|e| panic!("client: {e}"));
-    let other = common::client_for(&server, 30_000);
+    let other = support::client_for(&server, 30_000);
     let conn = raw(&server).await;
     Rig {
         server,

@@ -4,7 +4,7 @@
 //! lives on another node fails with the node's `MOVED` error, with nothing
 //! written anywhere (observer: the nodes' own key counts).
 
-mod common;
+mod support;
 
 use std::time::Duration;
 

@@ -4,7 +4,7 @@
 //! once through the error hook; `noeviction` is silent, and so is a user
 //! who may not run `CONFIG GET`.
 
-mod common;
+mod support;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

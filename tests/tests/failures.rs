@@ -3,11 +3,11 @@
 //! default settings (connect time-out 5 s) and an error naming the cause;
 //! after a restart of Redis the next call succeeds at once.
 
-mod common;
+mod support;
 
 use std::time::{Duration, Instant};
 
-use common::within;
+use crate::support::within;
 use lock_core::LockClient;
 use lock_tests::RedisServer;
 
@@ -98,7 +98,7 @@ async fn a_wrong_password_fails_at_once_and_says_so() {
 
 #[tokio::test]
 async fn a_db_index_out_of_range_fails_at_once_and_says_so() {
-    let server = common::server();
+    let server = support::server();
     let url = format!("redis://127.0.0.1:{}/99", server.port());
     let (err, took) = failing_acquire(url).await;
     eprintln!("DB 99: {err} after {took:?}");
@@ -108,7 +108,7 @@ async fn a_db_index_out_of_range_fails_at_once_and_says_so() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn after_a_restart_the_next_call_succeeds_at_once() {
-    let mut server = common::server();
+    let mut server = support::server();
     let client = LockClient::builder(server.url()).build().expect("client");
     let lock = client.lock("restart").expect("name");
     lock.acquire()
@@ -130,8 +130,8 @@ async fn after_a_restart_the_next_call_succeeds_at_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_rides_out_a_restart_and_gets_the_lock_soon_after() {
-    let mut server = common::server();
-    let holder = common::client_for(&server, 30_000);
+    let mut server = support::server();
+    let holder = support::client_for(&server, 30_000);
     let waiter = LockClient::builder(server.url()).build().expect("client");
     let held = holder
         .lock("ride")

@@ -6,13 +6,13 @@
 //! The child processes are this test binary itself, started with
 //! `--ignored --exact child_process` and a role in the environment.
 
-mod common;
+mod support;
 
 use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{cmd, raw, within};
+use crate::support::{cmd, raw, within};
 use futures_util::StreamExt;
 use lock_core::LockClient;
 use tokio::time::Instant;
@@ -86,13 +86,13 @@ async fn child_loop() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn four_processes_looping_without_pause_all_get_the_lock() {
-    let server = common::server();
+    let server = support::server();
     let processes = 4;
     let run_ms = 5_000u64;
     let start_at = unix_ms() + 1_500; // time for every child to start up
     let children: Vec<_> = (0..processes)
         .map(|_| {
-            common::spawn_child(
+            support::spawn_child(
                 &[
                     (ROLE, "loop".to_string()),
                     (URL, server.url()),
@@ -155,13 +155,13 @@ async fn four_processes_looping_without_pause_all_get_the_lock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redisson_protocol_waiter_gets_its_turn_against_a_busy_process() {
-    let server = common::server();
+    let server = support::server();
     let key = "shared-fair";
     let channel = "redisson_lock__channel:{shared-fair}";
     let tasks = 4;
     // The busy lock-core process: 4 tasks looping with no pause, counting
     // their sections in Redis.
-    let client = common::client_for(&server, 30_000);
+    let client = support::client_for(&server, 30_000);
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let loops: Vec<_> = (0..tasks)
         .map(|_| {
@@ -192,8 +192,8 @@ async fn a_redisson_protocol_waiter_gets_its_turn_against_a_busy_process() {
     pubsub.subscribe(channel).await.expect("subscribe");
     let mut messages = pubsub.into_on_message();
     let mut conn = raw(&server).await;
-    let acquire = redis::Script::new(common::REDISSON_ACQUIRE);
-    let release = redis::Script::new(common::REDISSON_RELEASE);
+    let acquire = redis::Script::new(support::REDISSON_ACQUIRE);
+    let release = redis::Script::new(support::REDISSON_RELEASE);
     let rounds = 20;
     let mut waited_sections = Vec::new();
     let mut waits = Vec::new();
@@ -259,8 +259,8 @@ async fn a_redisson_protocol_waiter_gets_its_turn_against_a_busy_process() {
 /// that is gone, and the next waiter gets the lock a turn window late.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_waiter_that_gives_up_leaves_the_line_before_it_returns() {
-    let server = common::server();
-    let holder = common::client_for(&server, 30_000);
+    let server = support::server();
+    let holder = support::client_for(&server, 30_000);
     let mut observer = raw(&server).await;
     let name = "gives-up";
     let held = holder

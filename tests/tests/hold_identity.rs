@@ -1,16 +1,16 @@
 //! One identity per hold, re-entry for nested calls only, Redisson's naming
 //! rule and fencing tokens, against real redis-servers. Safety is judged by
-//! an independent observer (`common::Inside`: a counter in Redis written
+//! an independent observer (`support::Inside`: a counter in Redis written
 //! by the sections themselves over their own connection) and by reading
 //! the lock hash with a raw connection.
 
-mod common;
+mod support;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{cmd, env, raw, within, Inside};
+use crate::support::{cmd, env, raw, within, Inside};
 use lock_core::{distributed_lock, in_context, Error, LockClient, LockContext};
 use tokio::sync::Mutex;
 
@@ -42,7 +42,7 @@ async fn the_observer_catches_a_planted_violation() {
 #[tokio::test]
 async fn a_stale_guard_of_a_context_never_releases_its_newer_hold() {
     let e = env(30_000);
-    let other = common::client_for(&e.server, 30_000);
+    let other = support::client_for(&e.server, 30_000);
     let name = "stale-ctx";
     let lock = e.client.lock(name).expect("name");
     let observer = Inside::new(&e.server, name).await;
@@ -194,7 +194,7 @@ async fn a_short_fixed_lease_reentry_inside_a_longer_hold_gives_back_its_count()
             .expect("inner 2");
         tokio::time::sleep(Duration::from_millis(300)).await;
         drop(inner);
-        let back = common::eventually(Duration::from_secs(2), || {
+        let back = support::eventually(Duration::from_secs(2), || {
             let mut conn = conn.clone();
             let owner = outer.owner_id().to_string();
             async move {
@@ -495,7 +495,7 @@ async fn tokens_grow_strictly_across_holders_and_a_restart_that_lost_the_data() 
 
 #[tokio::test]
 async fn names_no_longer_used_leave_no_keys_behind() {
-    let server = common::server();
+    let server = support::server();
     let client = LockClient::builder(server.url())
         .token_retention(Duration::from_millis(300))
         .command_timeout(Duration::from_millis(500))
@@ -525,7 +525,7 @@ async fn names_no_longer_used_leave_no_keys_behind() {
     }
     // Token keys go after the retention; latches after their own window
     // (bounded by the client's time-outs).
-    let gone = common::eventually(Duration::from_secs(5), || {
+    let gone = support::eventually(Duration::from_secs(5), || {
         let mut conn = conn.clone();
         async move {
             let left: Vec<String> = cmd(&mut conn, &["KEYS", "redisson_lock_token:*"]).await;
@@ -534,7 +534,7 @@ async fn names_no_longer_used_leave_no_keys_behind() {
     })
     .await;
     assert!(gone.is_some(), "token keys expire after the retention");
-    let all_gone = common::eventually(Duration::from_secs(15), || {
+    let all_gone = support::eventually(Duration::from_secs(15), || {
         let mut conn = conn.clone();
         async move {
             let size: i64 = cmd(&mut conn, &["DBSIZE"]).await;

@@ -1,11 +1,11 @@
 //! Read-only inspection (`Lock::status`, `LockClient::scan_locks`) against
 //! real redis-server processes.
 
-mod common;
+mod support;
 
 use std::time::Duration;
 
-use common::{client_for, cmd, env, raw};
+use crate::support::{client_for, cmd, env, raw};
 use lock_core::{in_context, LockClient};
 
 /// Names of the listed locks.
@@ -57,7 +57,7 @@ async fn status_shows_the_owner_its_hold_count_and_the_ttl() {
 
 #[tokio::test]
 async fn status_reports_a_fixed_lease_and_a_prefixed_key() {
-    let server = common::server();
+    let server = support::server();
     let client = LockClient::builder(server.url())
         .key_prefix("app:")
         .build()
@@ -101,7 +101,7 @@ async fn status_of_a_key_that_is_not_a_lock_is_a_protocol_error() {
 
 #[tokio::test]
 async fn scan_lists_only_locks_under_the_prefix_and_strips_it() {
-    let server = common::server();
+    let server = support::server();
     let app = LockClient::builder(server.url())
         .key_prefix("app:")
         .build()
@@ -157,7 +157,7 @@ async fn scan_lists_only_locks_under_the_prefix_and_strips_it() {
 
 #[tokio::test]
 async fn glob_characters_in_the_prefix_match_literally() {
-    let server = common::server();
+    let server = support::server();
     let odd = LockClient::builder(server.url())
         .key_prefix("t[1]*:")
         .build()

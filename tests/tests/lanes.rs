@@ -10,11 +10,11 @@
 //! - 64 concurrent acquisitions waiting for a paused replica each fail
 //!   with `NotReplicated` on their own bound, none with a pool time-out.
 
-mod common;
+mod support;
 
 use std::time::{Duration, Instant};
 
-use common::{cmd, raw, within};
+use crate::support::{cmd, raw, within};
 use lock_core::{Error, LockClient};
 use lock_tests::{CommandMatch, Fault, FaultProxy, ReplicatedPair};
 
@@ -26,8 +26,8 @@ fn renew_sha() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_half_open_renewal_connection_is_replaced_within_a_period() {
-    let server = common::server();
-    let observer = common::client_for(&server, 30_000);
+    let server = support::server();
+    let observer = support::client_for(&server, 30_000);
     // (watchdog, command time-out): below, at and far above a third.
     for (watchdog_ms, command_ms) in [(1_500, 5_000), (900, 300), (2_700, 2_000)] {
         let proxy = FaultProxy::start(server.addr()).expect("proxy");
@@ -82,7 +82,7 @@ async fn a_half_open_renewal_connection_is_replaced_within_a_period() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_million_field_hash_matching_scan_locks_never_holds_up_lock_commands() {
-    let server = common::server();
+    let server = support::server();
     let mut conn = raw(&server).await;
     // A user's hash, matching the pattern `*`: a million fields.
     for chunk in 0..100 {

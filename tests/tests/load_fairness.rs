@@ -1,18 +1,18 @@
 //! Load and fairness: 500 waiters of one client on one key (each with its
 //! own deadline), and four clients of four tasks each taking turns on one
 //! key behind 20 ms of network latency each way. Safety is judged by the
-//! independent observer (`common::Inside`); connections by `CLIENT LIST`
+//! independent observer (`support::Inside`); connections by `CLIENT LIST`
 //! on a raw connection; waits and deadlines by the tasks' own clocks.
 //! Run with `--nocapture` to see the measured figures.
 
-mod common;
+mod support;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{cmd, eventually, raw, within, Inside};
+use crate::support::{cmd, eventually, raw, within, Inside};
 use lock_core::LockClient;
 use lock_tests::{Direction, FaultProxy};
 use tokio::time::Instant;
@@ -77,7 +77,7 @@ async fn five_hundred_waiters_on_one_key_meet_their_deadlines_on_a_bounded_set_o
     const LONG: Duration = Duration::from_secs(20);
     // A timed-out acquisition ends at its deadline, at most this late.
     const SLACK: Duration = Duration::from_millis(500);
-    let server = common::server();
+    let server = support::server();
     let name = "load:five-hundred";
     let channel = format!("redisson_lock__channel:{{{name}}}");
     // The test's own connections exist before the client's: every other
@@ -357,7 +357,7 @@ async fn four_clients_of_four_tasks_behind_20ms_latency_take_turns() {
     const LATENCY: Duration = Duration::from_millis(20);
     const SECTION: Duration = Duration::from_millis(2);
     const RUN: Duration = Duration::from_secs(8);
-    let server = common::server();
+    let server = support::server();
     let name = "load:turns";
     // One proxy per client: 20 ms added to every command on its way to
     // Redis and to every reply (and pub/sub message) on its way back. The

@@ -3,13 +3,13 @@
 //! the lock to the next local waiter in one round trip, and none of that may
 //! weaken exclusion, expiry, loss detection or fairness between clients.
 
-mod common;
+mod support;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{env, within};
+use crate::support::{env, within};
 use lock_core::{AcquireOptions, Error, LockClient};
 
 fn evalsha_calls(server: &lock_tests::RedisServer) -> u64 {
@@ -237,7 +237,7 @@ async fn waiters_that_give_up_or_are_dropped_never_strand_the_lock() {
 async fn clients_take_turns_on_a_contended_lock() {
     let e = env(30_000);
     let clients: Vec<LockClient> = (0..3)
-        .map(|_| common::client_for(&e.server, 30_000))
+        .map(|_| support::client_for(&e.server, 30_000))
         .collect();
     let inside = Arc::new(AtomicUsize::new(0));
     let violations = Arc::new(AtomicUsize::new(0));

@@ -1,13 +1,13 @@
 //! End-to-end behaviour of lock-core against real redis-server processes.
 
-mod common;
+mod support;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{cmd, env, eventually, raw, within};
+use crate::support::{cmd, env, eventually, raw, within};
 use lock_core::{in_context, AcquireOptions, Error, LockClient, LockContext};
 use tokio::time::Instant;
 
@@ -440,7 +440,7 @@ async fn fifty_waiters_each_acquire_exactly_once() {
 #[tokio::test]
 async fn fencing_tokens_strictly_increase_across_holders_and_clients() {
     let e = env(30_000);
-    let other = common::client_for(&e.server, 30_000);
+    let other = support::client_for(&e.server, 30_000);
     let mut last = 0u64;
     for round in 0..10 {
         let client = if round % 2 == 0 { &e.client } else { &other };
@@ -516,7 +516,7 @@ async fn redis_down_gives_a_redis_error_not_a_hang() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_zero_wait_is_one_attempt() {
-    let e = common::env(30_000);
+    let e = support::env(30_000);
     let lock = e.client.lock("ok").expect("name");
     // A zero wait is one attempt (Redisson's tryLock(0)): taken when free,
     // WaitTimeout at once when held.
@@ -697,7 +697,7 @@ async fn a_foreign_redisson_style_holder_excludes_and_its_unlock_wakes_us() {
 
 #[tokio::test]
 async fn key_prefix_is_part_of_every_key() {
-    let server = common::server();
+    let server = support::server();
     let client = LockClient::builder(server.url())
         .key_prefix("app:")
         .build()
@@ -806,7 +806,7 @@ async fn waiters_survive_a_killed_pubsub_connection() {
     let lock = e.client.lock("pubsub-kill").expect("name");
     // The holder is another client (process): waiters of the holder's own
     // client queue locally and need no unlock message.
-    let other = common::client_for(&e.server, 30_000);
+    let other = support::client_for(&e.server, 30_000);
     let holder = other
         .lock("pubsub-kill")
         .expect("name")

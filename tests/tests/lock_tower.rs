@@ -3,8 +3,7 @@
 //! (`lock_tower_http`, `lock_tower_grpc`) run the same layer behind real
 //! servers on loopback.
 
-mod common;
-mod tower_support;
+mod support;
 
 use std::convert::Infallible;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -12,15 +11,15 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
+use crate::support::layer::{client, commands_but_info, redis, script_calls, Probe};
+use crate::support::{eventually, within};
 use bytes::Bytes;
-use common::{eventually, within};
 use futures_util::future::join_all;
 use http_body_util::{BodyExt, Channel};
 use lock_core::{LockClient, LockContext};
 use lock_tower::{BoxError, LockError, LockLayer};
 use tokio::time::Instant;
 use tower::{service_fn, Service, ServiceBuilder, ServiceExt};
-use tower_support::{client, commands_but_info, redis, script_calls, Probe};
 
 /// A generic-flavour service over `Option<String>` requests (the request
 /// is its own key) whose handler runs one probe section of `work`.

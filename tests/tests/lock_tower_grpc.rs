@@ -1,14 +1,14 @@
 //! lock-tower behind real tonic servers on loopback, keyed by a metadata
 //! entry, called by real tonic clients; private redis-servers.
 
-mod common;
-mod tower_support;
+mod support;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::within;
+use crate::support::layer::{client, commands_but_info, redis, Probe};
+use crate::support::within;
 use futures_util::future::join_all;
 use lock_core::LockClient;
 use lock_examples::proto::accounts_client::AccountsClient;
@@ -18,7 +18,6 @@ use lock_tower::{Grpc, LockLayer, MetadataKey};
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status};
-use tower_support::{client, commands_but_info, redis, Probe};
 
 const METADATA: &str = "x-account-id";
 
@@ -54,7 +53,7 @@ async fn start(
     layer: LockLayer<MetadataKey, Grpc>,
     service: ProbeService,
 ) -> (SocketAddr, oneshot::Sender<()>) {
-    tower_support::start_grpc(layer, service).await
+    support::layer::start_grpc(layer, service).await
 }
 
 fn layer(client: LockClient, wait: Duration) -> LockLayer<MetadataKey, Grpc> {

@@ -1,12 +1,15 @@
 //! lock-tower behind real axum servers on loopback, with real HTTP clients
 //! and private redis-servers.
 
-mod common;
-mod tower_support;
+mod support;
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::layer::{
+    client, commands_but_info, http_client, redis, script_calls, send, HttpServer, Probe,
+};
+use crate::support::{eventually, within};
 use axum::body::Body;
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::Request;
@@ -14,15 +17,11 @@ use axum::http::StatusCode;
 use axum::routing::{get, post};
 use axum::Router;
 use bytes::Bytes;
-use common::{eventually, within};
 use futures_util::future::join_all;
 use lock_core::LockClient;
 use lock_tower::{BoxError, LockError, LockLayer, PathSegment};
 use tokio::io::AsyncWriteExt;
 use tower::ServiceBuilder;
-use tower_support::{
-    client, commands_but_info, http_client, redis, script_calls, send, HttpServer, Probe,
-};
 
 /// The id in `/accounts/{id}/...`.
 fn account_id_from_path(req: &Request<Body>) -> Option<u64> {

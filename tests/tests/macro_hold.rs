@@ -5,12 +5,12 @@
 //! `cancel_on_lost` stops a body whose lock is lost (while without it the
 //! body runs to its end and the call returns `Err(Lost)` afterwards).
 
-mod common;
+mod support;
 
 use std::sync::Mutex;
 use std::time::Duration;
 
-use common::{cmd, within};
+use crate::support::{cmd, within};
 use lock_core::{distributed_lock, HeldLock, LockClient};
 use redis::aio::MultiplexedConnection;
 use tokio::sync::Notify;
@@ -76,14 +76,14 @@ async fn read_hold(
 
 #[tokio::test]
 async fn the_body_reads_the_fencing_token_redis_issued_without_asking_redis() {
-    let server = common::server();
+    let server = support::server();
     let client = LockClient::builder(server.url())
         .key_prefix("shop:")
         .command_timeout(Duration::from_secs(2))
         .connect_timeout(Duration::from_secs(2))
         .build()
         .unwrap_or_else(|e| panic!("client: {e}"));
-    let conn = common::raw(&server).await;
+    let conn = support::raw(&server).await;
     assert!(HeldLock::current().is_none(), "a hold outside any section");
 
     let first = within(
@@ -159,8 +159,8 @@ async fn wait_for_loss(
 #[tokio::test]
 async fn the_body_is_told_when_its_key_is_deleted_behind_it() {
     // Watchdog 900 ms: renewals every 300 ms notice the deletion.
-    let env = common::env(900);
-    let mut conn = common::raw(&env.server).await;
+    let env = support::env(900);
+    let mut conn = support::raw(&env.server).await;
     let entered = Notify::new();
     let lost_at = Mutex::new(None);
 
@@ -266,8 +266,8 @@ async fn counter(conn: &mut MultiplexedConnection, name: &str) -> i64 {
 
 #[tokio::test]
 async fn cancel_on_lost_stops_the_body_when_its_key_is_deleted() {
-    let env = common::env(900);
-    let mut conn = common::raw(&env.server).await;
+    let env = support::env(900);
+    let mut conn = support::raw(&env.server).await;
     let entered = Notify::new();
 
     let call = job_cancel_on_lost(
@@ -311,8 +311,8 @@ async fn cancel_on_lost_stops_the_body_when_its_key_is_deleted() {
 
 #[tokio::test]
 async fn without_cancel_on_lost_the_body_runs_to_its_end_and_the_call_returns_lost() {
-    let env = common::env(900);
-    let mut conn = common::raw(&env.server).await;
+    let env = support::env(900);
+    let mut conn = support::raw(&env.server).await;
     let entered = Notify::new();
     let sleep = Duration::from_millis(1_500);
 
@@ -342,8 +342,8 @@ async fn outlive_lease(
 
 #[tokio::test]
 async fn cancel_on_lost_stops_a_body_that_outlives_its_lease() {
-    let env = common::env(5_000);
-    let mut conn = common::raw(&env.server).await;
+    let env = support::env(5_000);
+    let mut conn = support::raw(&env.server).await;
     let started = Instant::now();
     let result = within(
         Duration::from_secs(5),
@@ -421,8 +421,8 @@ async fn inner(
 
 #[tokio::test]
 async fn nested_sections_each_see_their_own_lock() {
-    let env = common::env(5_000);
-    let conn = common::raw(&env.server).await;
+    let env = support::env(5_000);
+    let conn = support::raw(&env.server).await;
     let seen = within(
         Duration::from_secs(10),
         "nested calls",

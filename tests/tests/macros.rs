@@ -7,7 +7,7 @@
 //! The child processes are this test binary itself, started with
 //! `--ignored --exact child_process` and a role in the environment.
 
-mod common;
+mod support;
 
 use std::io::{BufRead, BufReader, Read};
 use std::process::{Child, Stdio};
@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{eventually, within};
+use crate::support::{eventually, within};
 use lock_core::{distributed_lock, LockClient};
 use tokio::sync::{Barrier, Notify};
 
@@ -104,11 +104,11 @@ async fn buy(client: &LockClient, stock: &Stock, sku: &str) -> Result<u32, ShopE
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_with_the_same_key_never_overlap_and_never_oversell() {
-    let server = common::server();
+    let server = support::server();
     // Two clients: two "replicas" with different client ids.
     let clients = [
-        common::client_for(&server, 5_000),
-        common::client_for(&server, 5_000),
+        support::client_for(&server, 5_000),
+        support::client_for(&server, 5_000),
     ];
     let stock = Arc::new(Stock::default());
     stock.left.store(40, Ordering::SeqCst);
@@ -164,7 +164,7 @@ async fn meet(
 
 #[tokio::test]
 async fn calls_with_different_keys_run_concurrently() {
-    let env = common::env(5_000);
+    let env = support::env(5_000);
     let barrier = Barrier::new(2);
     let probe = Probe::default();
     let (a, b) = within(
@@ -206,7 +206,7 @@ async fn audit(client: &LockClient, id: u32) -> Result<u32, lock_core::Error> {
 
 #[tokio::test]
 async fn recursion_and_nested_calls_with_the_same_key_reenter() {
-    let env = common::env(5_000);
+    let env = support::env(5_000);
     let holds = within(
         Duration::from_secs(10),
         "recursion deadlocked",
@@ -240,7 +240,7 @@ async fn noop(client: &LockClient) {}
 
 #[tokio::test]
 async fn one_line_and_empty_bodies_run_under_the_lock() {
-    let env = common::env(5_000);
+    let env = support::env(5_000);
     let id = within(Duration::from_secs(10), "echo", echo(&env.client, 42))
         .await
         .unwrap_or_else(|e| panic!("{e:?}"));
@@ -268,7 +268,7 @@ async fn buy_with_default(sku: &str, probe: &Probe) -> Result<(), ShopError> {
 
 #[tokio::test]
 async fn lock_failures_come_back_as_the_callers_error_without_running_the_body() {
-    let env = common::env(5_000);
+    let env = support::env(5_000);
     let probe = Probe::default();
 
     // Held by another owner: the bounded wait runs out.
@@ -312,7 +312,7 @@ async fn outlive_lease(client: &LockClient) -> Result<u32, ShopError> {
 
 #[tokio::test]
 async fn a_lock_lost_before_the_body_returns_is_reported_as_an_error() {
-    let env = common::env(5_000);
+    let env = support::env(5_000);
     match outlive_lease(&env.client).await {
         Err(ShopError::Lock(e)) if e.is_lost() => {}
         other => panic!("expected Lost, got {other:?}"),
@@ -333,7 +333,7 @@ async fn early(client: &LockClient, n: u32) -> Result<u32, ShopError> {
 
 #[tokio::test]
 async fn the_lock_is_free_once_the_call_returns_by_any_path() {
-    let env = common::env(30_000);
+    let env = support::env(30_000);
     for n in [0u32, 1] {
         let err = early(&env.client, n).await;
         assert!(matches!(err, Err(ShopError::Rejected)), "{err:?}");
@@ -363,7 +363,7 @@ async fn watched(client: &LockClient) -> Result<(Option<Duration>, usize), lock_
 
 #[tokio::test]
 async fn lease_fixes_the_expiry_and_no_lease_means_watchdog_renewal() {
-    let env = common::env(2_000);
+    let env = support::env(2_000);
     let (ttl, renewing) = leased(&env.client).await.unwrap_or_else(|e| panic!("{e}"));
     let ttl = ttl.unwrap_or_else(|| panic!("not locked inside the body"));
     assert!(
@@ -413,7 +413,7 @@ impl Payments {
 
 #[tokio::test]
 async fn methods_build_the_key_from_field_paths() {
-    let env = common::env(5_000);
+    let env = support::env(5_000);
     let payments = Payments {
         locks: env.client.clone(),
     };
@@ -500,7 +500,7 @@ fn child_process() {
 }
 
 fn spawn_child(envs: &[(&str, String)]) -> Child {
-    common::spawn_child(envs, Stdio::piped())
+    support::spawn_child(envs, Stdio::piped())
 }
 
 /// Waits (bounded) for the child's exit; kills it when it overstays.
@@ -526,8 +526,8 @@ async fn wait_for_exit(child: &mut Child, limit: Duration) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn skip_if_locked_skips_while_another_process_holds_the_key() {
-    let server = common::server();
-    let client = common::client_for(&server, 5_000);
+    let server = support::server();
+    let client = support::client_for(&server, 5_000);
     let day = 20240601u32;
     let mut child = spawn_child(&[
         (ROLE, "hold-report".to_string()),
@@ -608,7 +608,7 @@ async fn stuck_owned(client: LockClient, id: u32, entered: Arc<Notify>) -> Resul
 #[tokio::test]
 async fn a_call_dropped_mid_body_frees_the_lock_long_before_its_lease() {
     // Watchdog 30 s: freed "promptly" means by the drop, not by expiry.
-    let env = common::env(30_000);
+    let env = support::env(30_000);
     let entered = Notify::new();
     tokio::select! {
         r = stuck(&env.client, 1, &entered) => panic!("stuck returned: {r:?}"),
@@ -650,7 +650,7 @@ async fn explode(client: LockClient, id: u32) -> Result<(), ShopError> {
 
 #[tokio::test]
 async fn a_panicking_body_frees_the_lock() {
-    let env = common::env(30_000);
+    let env = support::env(30_000);
     let joined = tokio::spawn(explode(env.client.clone(), 9)).await;
     assert!(
         joined.is_err_and(|e| e.is_panic()),

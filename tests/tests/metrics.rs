@@ -7,14 +7,14 @@
 //! the test's thread, so they record into that test's recorder only, and
 //! the tests of this file can run in parallel.
 
-mod common;
+mod support;
 
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use common::{cmd, raw, within};
+use crate::support::{cmd, raw, within};
 use metrics_util::debugging::{DebugValue, DebuggingRecorder, Snapshotter};
 
 /// Everything recorded so far, summed over snapshots (a snapshot of the
@@ -135,7 +135,7 @@ const WAIT: &str = "lock_core_wait_duration_seconds";
 #[test]
 fn uncontended_acquisitions_count_once_each_and_the_gauge_returns_to_zero() {
     let probe = recorded(|probe| async move {
-        let env = common::env(30_000);
+        let env = support::env(30_000);
         let lock = env.client.lock("m:plain").expect("name");
         for _ in 0..3 {
             let guard = lock.acquire().await.expect("acquire");
@@ -164,7 +164,7 @@ fn uncontended_acquisitions_count_once_each_and_the_gauge_returns_to_zero() {
 #[test]
 fn a_re_entry_counts_as_reentered_and_both_releases_count() {
     let probe = recorded(|probe| async move {
-        let env = common::env(30_000);
+        let env = support::env(30_000);
         let lock = env.client.lock("m:reentry").expect("name");
         lock_core::in_context(async {
             let outer = lock.acquire().await.expect("outer");
@@ -185,8 +185,8 @@ fn a_re_entry_counts_as_reentered_and_both_releases_count() {
 #[test]
 fn try_acquire_on_a_lock_held_by_another_client_counts_busy() {
     let probe = recorded(|_| async move {
-        let env = common::env(30_000);
-        let other = common::client_for(&env.server, 30_000);
+        let env = support::env(30_000);
+        let other = support::client_for(&env.server, 30_000);
         let guard = env
             .client
             .lock("m:busy")
@@ -217,8 +217,8 @@ fn try_acquire_on_a_lock_held_by_another_client_counts_busy() {
 #[test]
 fn a_wait_that_times_out_counts_timeout() {
     let probe = recorded(|_| async move {
-        let env = common::env(30_000);
-        let other = common::client_for(&env.server, 30_000);
+        let env = support::env(30_000);
+        let other = support::client_for(&env.server, 30_000);
         let guard = env
             .client
             .lock("m:timeout")
@@ -250,7 +250,7 @@ fn a_wait_that_times_out_counts_timeout() {
 #[test]
 fn a_contended_acquisition_counts_a_hand_off_and_its_wait() {
     let probe = recorded(|probe| async move {
-        let env = common::env(30_000);
+        let env = support::env(30_000);
         let lock = env.client.lock("m:contended").expect("name");
         let first = lock.acquire().await.expect("first");
         // Two tasks queue behind the local holder; the first of them takes
@@ -292,7 +292,7 @@ fn a_contended_acquisition_counts_a_hand_off_and_its_wait() {
 #[test]
 fn a_hold_deleted_behind_the_client_counts_one_loss() {
     let probe = recorded(|probe| async move {
-        let env = common::env(900);
+        let env = support::env(900);
         let mut conn = raw(&env.server).await;
         let guard = env
             .client
@@ -342,7 +342,7 @@ fn a_hold_deleted_behind_the_client_counts_one_loss() {
 #[test]
 fn shutdown_counts_the_holds_it_releases() {
     let probe = recorded(|probe| async move {
-        let env = common::env(30_000);
+        let env = support::env(30_000);
         let guard = env
             .client
             .lock("m:shutdown")
@@ -364,7 +364,7 @@ fn shutdown_counts_the_holds_it_releases() {
 #[test]
 fn an_acquire_on_a_shut_down_client_counts_closed() {
     let probe = recorded(|_| async move {
-        let env = common::env(30_000);
+        let env = support::env(30_000);
         env.client.shutdown(Duration::from_secs(5)).await;
         let err = env
             .client
@@ -382,7 +382,7 @@ fn an_acquire_on_a_shut_down_client_counts_closed() {
 #[test]
 fn invalid_input_counts_as_an_error() {
     let probe = recorded(|_| async move {
-        let env = common::env(30_000);
+        let env = support::env(30_000);
         let err = env
             .client
             .lock("m:invalid")

@@ -3,11 +3,11 @@
 //! hold's release (lost reply) or to its guards (released out of order,
 //! then lost). The lock's state is read with a raw connection.
 
-mod common;
+mod support;
 
 use std::time::Duration;
 
-use common::{cmd, raw, within};
+use crate::support::{cmd, raw, within};
 use lock_core::{in_context, LockClient};
 use lock_tests::{CommandMatch, Fault, FaultProxy};
 
@@ -19,7 +19,7 @@ fn release_sha() -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_whose_reply_was_lost_does_not_strand_local_waiters() {
-    let server = common::server();
+    let server = support::server();
     let proxy = FaultProxy::start(server.addr()).expect("proxy");
     let client = LockClient::builder(proxy.url())
         .command_timeout(Duration::from_millis(300))
@@ -67,7 +67,7 @@ async fn a_release_whose_reply_was_lost_does_not_strand_local_waiters() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reentrant_guards_released_out_of_order_then_lost_do_not_strand_waiters() {
-    let e = common::env(600); // renewed every 200 ms
+    let e = support::env(600); // renewed every 200 ms
     let lock = e.client.lock("out-of-order").expect("name");
     let mut conn = raw(&e.server).await;
     let (inner, waiter) = in_context(async {

@@ -3,11 +3,11 @@
 //! on RESP3, and logs no warning. Judged by the server's own `CLIENT LIST`
 //! and by a subscriber of this suite that records every event.
 
-mod common;
+mod support;
 
 use std::time::Duration;
 
-use common::{cmd, raw, within, Capture};
+use crate::support::{cmd, raw, within, Capture};
 use lock_core::LockClient;
 
 /// Ids of the connections that are subscribed to at least one channel.
@@ -28,7 +28,7 @@ async fn subscribed_ids(conn: &mut redis::aio::MultiplexedConnection) -> Vec<Str
 
 fn long_wait_keeps_one_connection(protocol: &str) {
     let warnings = Capture::default();
-    let server = common::server();
+    let server = support::server();
     tracing::subscriber::with_default(warnings.clone(), || {
         let runtime = tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -40,7 +40,7 @@ fn long_wait_keeps_one_connection(protocol: &str) {
                 .command_timeout(Duration::from_secs(2))
                 .build()
                 .expect("client");
-            let holder = common::client_for(&server, 30_000);
+            let holder = support::client_for(&server, 30_000);
             let mut conn = raw(&server).await;
             let guard = holder
                 .lock("long")

@@ -8,11 +8,11 @@
 //! the server) tries to take the lock the whole time and reads the hash:
 //! it must never get in while the outer guard says held.
 
-mod common;
+mod support;
 
 use std::time::{Duration, Instant};
 
-use common::{cmd, raw, within};
+use crate::support::{cmd, raw, within};
 use lock_core::{in_context, LockClient};
 use lock_tests::{CommandMatch, Fault, FaultProxy};
 
@@ -45,10 +45,10 @@ struct Rig {
 }
 
 async fn rig(key: &str) -> Rig {
-    let server = common::server();
+    let server = support::server();
     let proxy = FaultProxy::start(server.addr()).expect("proxy");
     let client = client_through(&proxy);
-    let observer = common::client_for(&server, 6_000);
+    let observer = support::client_for(&server, 6_000);
     let conn = raw(&server).await;
     let lock = client.lock(key).expect("name");
     lock.acquire()

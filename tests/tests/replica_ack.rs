@@ -9,18 +9,17 @@
 //! acknowledgements. Planted check (done once): with the `WAIT` left out
 //! of `replicas.rs`, five of these six tests fail.
 
-mod common;
-mod tower_support;
+mod support;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::within;
+use crate::support::layer::{http_client, send, HttpServer};
+use crate::support::within;
 use lock_core::{AcquireOptions, Error, LockClient};
 use lock_tests::{RedisServer, ReplicatedPair};
 use lock_tower::{LockLayer, PathSegment};
 use tokio::time::Instant;
-use tower_support::{http_client, send, HttpServer};
 
 const SHORT: Duration = Duration::from_millis(300);
 

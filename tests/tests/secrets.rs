@@ -1,13 +1,13 @@
 //! No password in anything the library shows: `Debug` of the client and its
 //! configuration, `Display`/`Debug` of errors, the error hook's argument,
-//! and every tracing event (captured by `common::Capture`, which records
+//! and every tracing event (captured by `support::Capture`, which records
 //! all spans and events at every level).
 
-mod common;
+mod support;
 
 use std::time::Duration;
 
-use common::Capture;
+use crate::support::Capture;
 use lock_core::LockClient;
 use lock_tests::RedisServer;
 

@@ -8,12 +8,12 @@
 //! each node) and by a second client taking the lock; measured follow-up
 //! times are printed (`--nocapture`).
 
-mod common;
+mod support;
 
 use std::collections::HashMap;
 use std::time::Duration;
 
-use common::within;
+use crate::support::within;
 use lock_core::{AcquireOptions, LockClient, LockGuard};
 use lock_tests::{RedisServer, SentinelSet};
 use tokio::time::Instant;

@@ -2,7 +2,7 @@
 //! client handle is dropped: a deploy leaves no lock behind. Judged by a
 //! raw connection reading Redis, never by the library's own view.
 
-mod common;
+mod support;
 
 use std::process::Stdio;
 use std::time::{Duration, Instant};
@@ -15,8 +15,8 @@ const NAME: &str = "LOCK_TESTS_SHUTDOWN_NAME";
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_releases_every_hold_and_takes_no_new_locks() {
-    let env = common::env(30_000);
-    let mut raw = common::raw(&env.server).await;
+    let env = support::env(30_000);
+    let mut raw = support::raw(&env.server).await;
     let client = env.client.clone();
 
     // A watchdog hold, a fixed-lease hold, and a hold re-entered twice.
@@ -39,12 +39,12 @@ async fn shutdown_releases_every_hold_and_takes_no_new_locks() {
         0,
         "not this task's context"
     );
-    let field_count: i64 = common::cmd(&mut raw, &["HGET", "sd:c", outer_c.owner_id()]).await;
+    let field_count: i64 = support::cmd(&mut raw, &["HGET", "sd:c", outer_c.owner_id()]).await;
     assert_eq!(field_count, 2);
 
     // Another client waits for sd:a; a waiter of this client waits for a
     // lock the other client holds.
-    let other = common::client_for(&env.server, 30_000);
+    let other = support::client_for(&env.server, 30_000);
     let d = other.lock("sd:d").unwrap_or_else(|e| panic!("{e:?}"));
     let other_holds_d = d.acquire().await.unwrap_or_else(|e| panic!("{e:?}"));
     let other_a = other.lock("sd:a").unwrap_or_else(|e| panic!("{e:?}"));
@@ -72,15 +72,15 @@ async fn shutdown_releases_every_hold_and_takes_no_new_locks() {
         ("sd:b", guard_b.owner_id()),
         ("sd:c", outer_c.owner_id()),
     ] {
-        let ours: i64 = common::cmd(&mut raw, &["HEXISTS", key, owner]).await;
+        let ours: i64 = support::cmd(&mut raw, &["HEXISTS", key, owner]).await;
         assert_eq!(ours, 0, "{key} left behind by shutdown");
     }
     for key in ["sd:b", "sd:c"] {
-        let exists: i64 = common::cmd(&mut raw, &["EXISTS", key]).await;
+        let exists: i64 = support::cmd(&mut raw, &["EXISTS", key]).await;
         assert_eq!(exists, 0, "{key} left behind by shutdown");
     }
     // Our waiter ended with Closed; new acquisitions are refused.
-    let waited = common::within(Duration::from_secs(2), "our waiter", our_waiter).await;
+    let waited = support::within(Duration::from_secs(2), "our waiter", our_waiter).await;
     assert!(
         matches!(waited, Ok(Err(ref e)) if e.is_closed()),
         "{waited:?}"
@@ -104,7 +104,7 @@ async fn shutdown_releases_every_hold_and_takes_no_new_locks() {
         "{refused:?}"
     );
     // The other client got sd:a at once, not after a 30 s lease.
-    let (got, waited) = common::within(Duration::from_secs(5), "other client", other_waits)
+    let (got, waited) = support::within(Duration::from_secs(5), "other client", other_waits)
         .await
         .unwrap_or_else(|e| panic!("{e:?}"));
     assert!(got.is_ok(), "{got:?}");
@@ -113,10 +113,10 @@ async fn shutdown_releases_every_hold_and_takes_no_new_locks() {
     // The guards know: not held, lost() ready, release makes no Redis call.
     for guard in [&guard_a, &guard_b, &outer_c, &inner_c] {
         assert!(!guard.is_held());
-        common::within(Duration::from_millis(100), "lost()", guard.lost()).await;
+        support::within(Duration::from_millis(100), "lost()", guard.lost()).await;
     }
     // The other client's hold of sd:d was not touched.
-    let d_holder: i64 = common::cmd(&mut raw, &["HGET", "sd:d", other_holds_d.owner_id()]).await;
+    let d_holder: i64 = support::cmd(&mut raw, &["HGET", "sd:d", other_holds_d.owner_id()]).await;
     assert_eq!(d_holder, 1);
     other_holds_d
         .release()
@@ -140,7 +140,7 @@ async fn shutdown_releases_every_hold_and_takes_no_new_locks() {
 
 /// EVALSHA and EVAL calls the server has run (INFO commandstats).
 async fn script_calls(raw: &mut redis::aio::MultiplexedConnection) -> i64 {
-    let info: String = common::cmd(raw, &["INFO", "commandstats"]).await;
+    let info: String = support::cmd(raw, &["INFO", "commandstats"]).await;
     info.lines()
         .filter(|l| l.starts_with("cmdstat_evalsha:") || l.starts_with("cmdstat_eval:"))
         .filter_map(|l| l.split("calls=").nth(1))
@@ -151,7 +151,7 @@ async fn script_calls(raw: &mut redis::aio::MultiplexedConnection) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn shutdown_with_redis_unreachable_is_bounded_and_says_so() {
-    let env = common::env(30_000);
+    let env = support::env(30_000);
     let guard = env
         .client
         .lock("sd:down")
@@ -177,12 +177,12 @@ async fn shutdown_with_redis_unreachable_is_bounded_and_says_so() {
 /// before the process ended. 10 runs, every one checked.
 #[test]
 fn a_guard_dropped_at_the_end_of_main_is_released() {
-    let server = common::server();
+    let server = support::server();
     let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e:?}"));
-    let mut raw = rt.block_on(common::raw(&server));
+    let mut raw = rt.block_on(support::raw(&server));
     for run in 0..10 {
         let name = format!("sd:end-of-main:{run}");
-        let child = common::spawn_child(
+        let child = support::spawn_child(
             &[
                 (ROLE, "drop-at-end".into()),
                 (URL, server.url()),
@@ -197,7 +197,7 @@ fn a_guard_dropped_at_the_end_of_main_is_released() {
             stdout.contains("held"),
             "child did not take the lock: {stdout}"
         );
-        let exists: i64 = rt.block_on(common::cmd(&mut raw, &["EXISTS", &name]));
+        let exists: i64 = rt.block_on(support::cmd(&mut raw, &["EXISTS", &name]));
         assert_eq!(exists, 0, "run {run}: the lock outlived the process");
     }
 }
@@ -207,11 +207,11 @@ fn a_guard_dropped_at_the_end_of_main_is_released() {
 /// leaves the lock behind, and the same check sees it.
 #[test]
 fn the_end_of_main_check_sees_a_lock_left_behind() {
-    let server = common::server();
+    let server = support::server();
     let rt = tokio::runtime::Runtime::new().unwrap_or_else(|e| panic!("{e:?}"));
-    let mut raw = rt.block_on(common::raw(&server));
+    let mut raw = rt.block_on(support::raw(&server));
     let name = "sd:end-of-main:planted";
-    let child = common::spawn_child(
+    let child = support::spawn_child(
         &[
             (ROLE, "exit-at-once".into()),
             (URL, server.url()),
@@ -221,7 +221,7 @@ fn the_end_of_main_check_sees_a_lock_left_behind() {
     );
     let out = child.wait_with_output().unwrap_or_else(|e| panic!("{e:?}"));
     assert!(String::from_utf8_lossy(&out.stdout).contains("held"));
-    let exists: i64 = rt.block_on(common::cmd(&mut raw, &["EXISTS", name]));
+    let exists: i64 = rt.block_on(support::cmd(&mut raw, &["EXISTS", name]));
     assert_eq!(exists, 1, "the planted leftover must be seen");
 }
 
@@ -275,10 +275,10 @@ fn proxy_for(server: &lock_tests::RedisServer) -> lock_tests::FaultProxy {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_acquisition_in_flight_at_shutdown_is_given_back() {
     use lock_tests::{CommandMatch, Fault};
-    let server = common::server();
+    let server = support::server();
     let proxy = proxy_for(&server);
     let client = proxied_client(&proxy);
-    let mut raw = common::raw(&server).await;
+    let mut raw = support::raw(&server).await;
     client.ping().await.unwrap_or_else(|e| panic!("{e}"));
     let slow = proxy.fault_next(
         CommandMatch::name("EVALSHA").with_arg("sd:in-flight"),
@@ -288,7 +288,7 @@ async fn an_acquisition_in_flight_at_shutdown_is_given_back() {
         .lock("sd:in-flight")
         .unwrap_or_else(|e| panic!("{e}"));
     let acquire = tokio::spawn(async move { lock.acquire().await.map(|g| g.fencing_token()) });
-    common::eventually(Duration::from_secs(2), || {
+    support::eventually(Duration::from_secs(2), || {
         let matched = slow.matched();
         async move { matched }
     })
@@ -296,10 +296,10 @@ async fn an_acquisition_in_flight_at_shutdown_is_given_back() {
     .unwrap_or_else(|| panic!("the acquire never reached the proxy"));
     let report = client.shutdown(Duration::from_secs(5)).await;
     println!("in-flight acquisition: {report:?}");
-    let got = common::within(Duration::from_secs(1), "the acquire", acquire).await;
+    let got = support::within(Duration::from_secs(1), "the acquire", acquire).await;
     assert!(matches!(got, Ok(Err(ref e)) if e.is_closed()), "{got:?}");
     assert!(report.is_complete(), "{report:?}");
-    let exists: i64 = common::cmd(&mut raw, &["EXISTS", "sd:in-flight"]).await;
+    let exists: i64 = support::cmd(&mut raw, &["EXISTS", "sd:in-flight"]).await;
     assert_eq!(
         exists, 0,
         "the hold granted during shutdown was left behind"
@@ -311,10 +311,10 @@ async fn an_acquisition_in_flight_at_shutdown_is_given_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_slow_acquisition_does_not_keep_the_holds_from_being_released() {
     use lock_tests::{CommandMatch, Fault};
-    let server = common::server();
+    let server = support::server();
     let proxy = proxy_for(&server);
     let client = proxied_client(&proxy);
-    let mut raw = common::raw(&server).await;
+    let mut raw = support::raw(&server).await;
     let held = client
         .lock("sd:held")
         .unwrap_or_else(|e| panic!("{e}"))
@@ -327,7 +327,7 @@ async fn a_slow_acquisition_does_not_keep_the_holds_from_being_released() {
     );
     let other = client.lock("sd:slow").unwrap_or_else(|e| panic!("{e}"));
     let attempt = tokio::spawn(async move { other.try_acquire().await.map(|g| g.is_some()) });
-    common::eventually(Duration::from_secs(2), || {
+    support::eventually(Duration::from_secs(2), || {
         let matched = slow.matched();
         async move { matched }
     })
@@ -337,9 +337,9 @@ async fn a_slow_acquisition_does_not_keep_the_holds_from_being_released() {
     println!("slow acquisition: {report:?}");
     assert!(report.released >= 1, "{report:?}");
     assert!(!held.is_held());
-    let ours: i64 = common::cmd(&mut raw, &["HEXISTS", "sd:held", held.owner_id()]).await;
+    let ours: i64 = support::cmd(&mut raw, &["HEXISTS", "sd:held", held.owner_id()]).await;
     assert_eq!(ours, 0, "the hold was not released");
-    let _ = common::within(Duration::from_secs(5), "the try_acquire", attempt).await;
+    let _ = support::within(Duration::from_secs(5), "the try_acquire", attempt).await;
     // The late grant is given up too (its guard finds it gone; the lease ends it).
 }
 
@@ -348,10 +348,10 @@ async fn a_slow_acquisition_does_not_keep_the_holds_from_being_released() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn guards_hear_of_shutdown_before_another_client_gets_the_lock() {
     use lock_tests::{CommandMatch, Fault};
-    let server = common::server();
+    let server = support::server();
     let proxy = proxy_for(&server);
     let client = proxied_client(&proxy);
-    let other = common::client_for(&server, 30_000);
+    let other = support::client_for(&server, 30_000);
     let guard = client
         .lock("sd:gh")
         .unwrap_or_else(|e| panic!("{e}"))
@@ -375,7 +375,7 @@ async fn guards_hear_of_shutdown_before_another_client_gets_the_lock() {
         Fault::DelayReply(Duration::from_millis(800)),
     );
     let report = client.shutdown(Duration::from_secs(5)).await;
-    let (got, ours_says_held) = common::within(Duration::from_secs(5), "the other client", waiter)
+    let (got, ours_says_held) = support::within(Duration::from_secs(5), "the other client", waiter)
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     assert!(got.is_ok(), "{got:?}");
@@ -393,7 +393,7 @@ async fn guards_hear_of_shutdown_before_another_client_gets_the_lock() {
 fn dropping_the_runtime_with_releases_pending_does_not_hang() {
     use lock_tests::{CommandMatch, Fault};
     for workers in [1, 2] {
-        let server = common::server();
+        let server = support::server();
         let proxy = proxy_for(&server);
         let rt = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(workers)

@@ -7,13 +7,13 @@
 //! certificate and says what is missing without one. No TLS connect panics
 //! (the crypto provider is installed by lock-core).
 
-mod common;
+mod support;
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use common::within;
+use crate::support::within;
 use lock_core::{LockClient, Result};
 use lock_tests::RedisServer;
 use rcgen::{
@@ -317,7 +317,7 @@ fn the_platform_roots_honour_ssl_cert_file() {
         if let Some(path) = ssl_cert_file {
             envs.push(("SSL_CERT_FILE", path.display().to_string()));
         }
-        let child = common::spawn_child(&envs, Stdio::null());
+        let child = support::spawn_child(&envs, Stdio::null());
         let out = child.wait_with_output().expect("child");
         String::from_utf8_lossy(&out.stdout).into_owned()
     };

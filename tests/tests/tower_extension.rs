@@ -2,12 +2,12 @@
 //! the inner service) and `cancel_on_lost` at the tower level; private
 //! redis-servers. The layer's log events: `tower_extension_logging`.
 
-mod common;
+mod support;
 
 use std::convert::Infallible;
 use std::time::Duration;
 
-use common::{cmd, raw, within};
+use crate::support::{cmd, raw, within};
 use lock_core::{HeldLock, LockClient};
 use lock_tests::RedisServer;
 use lock_tower::{BoxError, LockError, LockLayer};
@@ -32,7 +32,7 @@ fn lock_error(err: &BoxError) -> &LockError {
 
 #[tokio::test]
 async fn held_lock_current_in_a_generic_service_is_the_request_lock() {
-    let server = common::server();
+    let server = support::server();
     let client = prefixed_client(&server, Duration::from_secs(5));
     let observer = raw(&server).await;
     let svc = ServiceBuilder::new()
@@ -61,7 +61,7 @@ async fn held_lock_current_in_a_generic_service_is_the_request_lock() {
         last = held.fencing_token();
         // The request is over: its lock was released.
         assert!(
-            common::eventually(Duration::from_secs(5), || async { !held.is_held() })
+            support::eventually(Duration::from_secs(5), || async { !held.is_held() })
                 .await
                 .is_some(),
             "the lock outlived its request"
@@ -71,7 +71,7 @@ async fn held_lock_current_in_a_generic_service_is_the_request_lock() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn generic_cancel_on_lost_fails_with_a_lost_lock_error_and_stops_the_service() {
-    let server = common::server();
+    let server = support::server();
     let client = prefixed_client(&server, Duration::from_millis(900));
     let observer = raw(&server).await;
     let work = Duration::from_secs(5);

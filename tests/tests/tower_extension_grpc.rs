@@ -3,13 +3,12 @@
 //! lock Redis issued, and `cancel_on_lost` answers `ABORTED` and stops a
 //! method whose lock is deleted behind it.
 
-mod common;
-mod tower_support;
+mod support;
 
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::{cmd, raw, within};
+use crate::support::{cmd, raw, within};
 use lock_core::{HeldLock, LockClient};
 use lock_examples::proto::accounts_client::AccountsClient;
 use lock_examples::proto::accounts_server::Accounts;
@@ -104,7 +103,7 @@ async fn start(
     layer: LockLayer<MetadataKey, Grpc>,
     service: LockedAccounts,
 ) -> (SocketAddr, oneshot::Sender<()>) {
-    tower_support::start_grpc(layer, service).await
+    support::layer::start_grpc(layer, service).await
 }
 
 async fn call(addr: SocketAddr, account: &str) -> Result<WithdrawReply, Status> {
@@ -123,7 +122,7 @@ async fn call(addr: SocketAddr, account: &str) -> Result<WithdrawReply, Status> 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tonic_accessor_carries_the_token_redis_issued() {
-    let server = common::server();
+    let server = support::server();
     let client = prefixed_client(&server, Duration::from_secs(5));
     let (seen, mut reports) = mpsc::unbounded_channel();
     let service = LockedAccounts {
@@ -192,7 +191,7 @@ async fn delete_the_lock_behind_a_slow_call(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_on_lost_answers_aborted_and_stops_the_method() {
-    let server = common::server();
+    let server = support::server();
     let client = prefixed_client(&server, Duration::from_millis(900));
     let work = Duration::from_secs(5);
     let (outcome, took, entered) = delete_the_lock_behind_a_slow_call(
@@ -216,7 +215,7 @@ async fn cancel_on_lost_answers_aborted_and_stops_the_method() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_cancel_on_lost_the_method_runs_to_its_end() {
-    let server = common::server();
+    let server = support::server();
     let client = prefixed_client(&server, Duration::from_millis(900));
     let (outcome, _, _) = delete_the_lock_behind_a_slow_call(
         &server,

@@ -3,21 +3,20 @@
 //! a route without the layer is a 500 naming the cause, and
 //! `cancel_on_lost` stops a handler whose lock is deleted behind it.
 
-mod common;
-mod tower_support;
+mod support;
 
 use std::time::Duration;
 
+use crate::support::layer::{http_client, send, HttpServer};
+use crate::support::{cmd, raw, within};
 use axum::extract::Request;
 use axum::routing::post;
 use axum::Router;
-use common::{cmd, raw, within};
 use lock_core::{HeldLock, LockClient};
 use lock_tests::RedisServer;
 use lock_tower::{Held, HeldLockExt, LockLayer, MissingHeldLock, PathSegment};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-use tower_support::{http_client, send, HttpServer};
 
 /// A client whose keys start with `app:`, so that the lock's Redis key
 /// (and its token key) differ from its name.
@@ -52,7 +51,7 @@ struct Seen {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_extractor_and_the_extension_carry_the_token_redis_issued() {
-    let server = common::server();
+    let server = support::server();
     let client = prefixed_client(&server, Duration::from_secs(5));
     let observer = raw(&server).await;
     let (tx, mut rx) = mpsc::unbounded_channel::<Seen>();
@@ -111,7 +110,7 @@ async fn the_extractor_and_the_extension_carry_the_token_redis_issued() {
 
 #[tokio::test]
 async fn the_extractor_without_a_lock_is_a_500_naming_the_cause() {
-    let server = common::server();
+    let server = support::server();
     let client = prefixed_client(&server, Duration::from_secs(5));
     let app = Router::new()
         // behind the layer, but its key function gives no key for this path
@@ -172,7 +171,7 @@ async fn slow_server(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_on_lost_answers_503_and_stops_the_handler() {
-    let server = common::server();
+    let server = support::server();
     // watchdog 900 ms: renewals every 300 ms notice a deleted lock quickly
     let client = prefixed_client(&server, Duration::from_millis(900));
     let work = Duration::from_secs(5);
@@ -214,7 +213,7 @@ async fn cancel_on_lost_answers_503_and_stops_the_handler() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_cancel_on_lost_the_handler_runs_to_its_end() {
-    let server = common::server();
+    let server = support::server();
     let client = prefixed_client(&server, Duration::from_millis(900));
     let work = Duration::from_millis(1500);
     let (http, mut entries) = slow_server(&server, account_layer(client), work).await;
@@ -246,7 +245,7 @@ async fn without_cancel_on_lost_the_handler_runs_to_its_end() {
 /// given back at once (seen by a raw connection), not after its lease.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shut_down_client_answers_503_shutting_down() {
-    let server = common::server();
+    let server = support::server();
     let client = prefixed_client(&server, Duration::from_secs(30));
     let layer = account_layer(client.clone());
     let (http, mut entries) = slow_server(&server, layer, Duration::from_secs(2)).await;

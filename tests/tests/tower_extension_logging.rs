@@ -3,12 +3,12 @@
 //! subscriber set with `with_default` misses events when other tests of the
 //! same binary hit the same call sites concurrently from other threads.
 
-mod common;
+mod support;
 
 use std::convert::Infallible;
 use std::time::Duration;
 
-use common::{cmd, raw, within, Capture};
+use crate::support::{cmd, raw, within, Capture};
 use lock_core::LockClient;
 use lock_tests::RedisServer;
 use lock_tower::{BoxError, LockError, LockLayer};
@@ -51,7 +51,7 @@ fn each_rejection_is_one_event_with_its_reason() {
         .enable_all()
         .build()
         .expect("runtime");
-    let mut server = common::server();
+    let mut server = support::server();
     let reasons = tracing::subscriber::with_default(capture.clone(), || {
         rt.block_on(async {
             let client = prefixed_client(&server, Duration::from_millis(900));
@@ -82,7 +82,7 @@ fn each_rejection_is_one_event_with_its_reason() {
             // lost
             let slow = tokio::spawn(svc.clone().oneshot("slow"));
             let mut observer = raw(&server).await;
-            let present = common::eventually(Duration::from_secs(5), || {
+            let present = support::eventually(Duration::from_secs(5), || {
                 let mut observer = observer.clone();
                 async move { cmd::<i64, _>(&mut observer, &["EXISTS", "app:slow"]).await == 1 }
             })

@@ -4,7 +4,7 @@
 //! prefix) and its key (`key`, with it); one event per outcome; `lock`
 //! never the full key.
 //!
-//! `common::Capture` records events as text without their spans, so this
+//! `support::Capture` records events as text without their spans, so this
 //! suite has a subscriber of its own that keeps spans (name, fields), the
 //! spans each event sits in, and every event's level, message and fields.
 //! It does not implement `current_span` (its type is not nameable through
@@ -12,7 +12,7 @@
 //! here reach the library's spawned tasks only because it passes them on
 //! explicitly.
 
-mod common;
+mod support;
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::ThreadId;
 use std::time::Duration;
 
-use common::{cmd, raw, within};
+use crate::support::{cmd, raw, within};
 use lock_core::LockClient;
 use lock_tests::RedisServer;
 use tracing::span::{Attributes, Id, Record};
@@ -264,7 +264,7 @@ fn client(server: &RedisServer, watchdog_ms: u64) -> LockClient {
 
 #[test]
 fn one_acquire_logs_one_acquired_event_inside_a_span_naming_the_lock() {
-    let server = common::server();
+    let server = support::server();
     let recorder = recorded(|_| async {
         let client = client(&server, 30_000);
         let lock = client.lock("account:7").expect("name");
@@ -322,7 +322,7 @@ fn one_acquire_logs_one_acquired_event_inside_a_span_naming_the_lock() {
 
 #[test]
 fn a_contended_acquisition_logs_its_wait_once_and_its_hand_off() {
-    let server = common::server();
+    let server = support::server();
     let recorder = recorded(|_| async {
         let client = client(&server, 30_000);
         let lock = client.lock("account:8").expect("name");
@@ -379,7 +379,7 @@ fn a_contended_acquisition_logs_its_wait_once_and_its_hand_off() {
 
 #[test]
 fn a_re_entered_release_says_the_lock_is_still_held() {
-    let server = common::server();
+    let server = support::server();
     let recorder = recorded(|recorder| async move {
         let client = client(&server, 30_000);
         let lock = client.lock("account:9").expect("name");
@@ -414,7 +414,7 @@ fn a_re_entered_release_says_the_lock_is_still_held() {
 
 #[test]
 fn a_lost_lock_logs_one_warning_with_its_reason() {
-    let server = common::server();
+    let server = support::server();
     let recorder = recorded(|_| async {
         let client = client(&server, 900);
         let mut conn = raw(&server).await;
@@ -448,7 +448,7 @@ fn a_lost_lock_logs_one_warning_with_its_reason() {
 
 #[test]
 fn busy_and_timed_out_acquisitions_log_their_outcome_in_their_span() {
-    let server = common::server();
+    let server = support::server();
     let recorder = recorded(|_| async {
         let holder = client(&server, 30_000);
         let other = client(&server, 30_000);

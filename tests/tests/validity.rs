@@ -9,14 +9,14 @@
 //! of the lock hash; never with the holder's own view alone. The measured
 //! margins are printed (`--nocapture`).
 
-mod common;
+mod support;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use common::{cmd, raw, within};
+use crate::support::{cmd, raw, within};
 use futures_util::FutureExt;
 use lock_core::{AcquireOptions, Error, Lock, LockClient, LockGuard};
 use lock_tests::{CommandMatch, Fault, FaultProxy, RedisServer};
@@ -149,7 +149,7 @@ async fn partition_case(server: &RedisServer, command_timeout: Duration, pct: u3
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partitioned_holder_loses_its_guard_before_another_client_gets_the_lock() {
-    let server = common::server();
+    let server = support::server();
     let mut report = Vec::new();
     for command_timeout in [Duration::from_secs(2), Duration::from_millis(100)] {
         for pct in [10, 50, 90] {
@@ -441,7 +441,7 @@ impl Slots {
 /// once A's acquire returned, no hold of A may be left in Redis without a
 /// guard.
 async fn late_acquire_case(late: Late, fixed: bool) {
-    let server = common::server();
+    let server = support::server();
     let proxy = FaultProxy::start(server.addr()).unwrap_or_else(|e| panic!("proxy: {e}"));
     let a = client_at(proxy.url(), LEASE, Duration::from_secs(2));
     let b = client_at(server.url(), LEASE, Duration::from_secs(2));
@@ -607,7 +607,7 @@ async fn late_acquire_case(late: Late, fixed: bool) {
     let samples = within(Duration::from_secs(5), "monitor stops", monitor)
         .await
         .expect("monitor task");
-    let gone = common::eventually(Duration::from_secs(3), || {
+    let gone = support::eventually(Duration::from_secs(3), || {
         let mut conn = conn.clone();
         let key = key.clone();
         async move {
@@ -702,7 +702,7 @@ struct Blocked {
 /// must say "not held" at once (and `lost()` must resolve).
 async fn blocked_runtime_case(fixed: bool) -> Blocked {
     let lease = Duration::from_millis(300);
-    let server = common::server();
+    let server = support::server();
     let b = client_at(server.url(), lease, Duration::from_secs(2));
     let name = if fixed {
         "blocked-fixed"

@@ -12,7 +12,7 @@
 //! The tests allow `SLACK` over each bound (a loaded 2-core CI machine) and
 //! print the worst overshoot seen.
 
-mod common;
+mod support;
 
 use std::future::Future;
 use std::time::{Duration, Instant};
@@ -30,7 +30,7 @@ async fn timed<T>(
     call: impl Future<Output = Result<T>>,
 ) -> (Duration, Result<T>) {
     let started = Instant::now();
-    let out = common::within(bound + Duration::from_secs(5), what, call).await;
+    let out = support::within(bound + Duration::from_secs(5), what, call).await;
     let took = started.elapsed();
     let over = took.saturating_sub(bound);
     eprintln!(
@@ -75,8 +75,8 @@ async fn bounds_hold_when_redis_refuses_connections() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bounds_hold_when_redis_accepts_and_never_answers() {
-    let server = common::server();
-    let holder = common::client_for(&server, 30_000);
+    let server = support::server();
+    let holder = support::client_for(&server, 30_000);
     let _held = holder
         .lock("silent")
         .expect("name")
@@ -131,8 +131,8 @@ async fn bounds_hold_when_redis_accepts_and_never_answers() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn waits_end_by_their_rule_when_redis_is_killed_mid_wait() {
-    let mut server = common::server();
-    let holder = common::client_for(&server, 30_000);
+    let mut server = support::server();
+    let holder = support::client_for(&server, 30_000);
     let _held = holder
         .lock("killed")
         .expect("name")
@@ -166,13 +166,13 @@ async fn waits_end_by_their_rule_when_redis_is_killed_mid_wait() {
     tokio::time::sleep(Duration::from_millis(500)).await;
     server.kill();
     let killed = Instant::now();
-    let (out, took) = common::within(Duration::from_secs(10), "bounded", bounded)
+    let (out, took) = support::within(Duration::from_secs(10), "bounded", bounded)
         .await
         .expect("task");
     eprintln!("acquire_timeout(3s), Redis killed after 0.5 s: {out:?} after {took:?}");
     assert!(out.is_err(), "no lock without Redis");
     assert!(took <= Duration::from_secs(3) + SLACK, "{took:?}");
-    let (out, ended) = common::within(Duration::from_secs(10), "unbounded", unbounded)
+    let (out, ended) = support::within(Duration::from_secs(10), "unbounded", unbounded)
         .await
         .expect("task");
     let after = ended.duration_since(killed);

@@ -1,5 +1,11 @@
-//! Helpers shared by the end-to-end suites.
+//! Helpers shared by the end-to-end suites: servers and lock clients,
+//! raw commands, polling and time bounds, child processes, an independent
+//! "inside" observer, a capturing tracing subscriber, Redisson's scripts;
+//! [`layer`] adds what the lock-tower suites need. Not every suite uses
+//! every helper.
 #![allow(dead_code, unreachable_pub)]
+
+pub mod layer;
 
 use std::future::Future;
 use std::process::{Child, Command, Stdio};

@@ -1,6 +1,5 @@
 //! Helpers of the lock-tower suites: in-process invariant probes, loopback
 //! axum servers, an HTTP client, and Redis command counts.
-#![allow(dead_code, unreachable_pub)]
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
