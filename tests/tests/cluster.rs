@@ -16,7 +16,7 @@ mod support;
 use std::process::Stdio;
 use std::time::Duration;
 
-use crate::support::{cmd, spawn_child, within};
+use crate::support::{cluster, cmd, env_var, spawn_child, within};
 use lock_core::{AcquireOptions, LockClient};
 use lock_tests::RedisCluster;
 use redis::cluster_async::ClusterConnection;
@@ -27,10 +27,6 @@ const ROLE: &str = "LOCK_TESTS_CLUSTER_ROLE";
 const URL: &str = "LOCK_TESTS_CLUSTER_URL";
 const NAMES: &str = "LOCK_TESTS_CLUSTER_NAMES";
 const ROUNDS: &str = "LOCK_TESTS_CLUSTER_ROUNDS";
-
-fn cluster(primaries: usize, replicas: usize) -> RedisCluster {
-    RedisCluster::start(primaries, replicas).unwrap_or_else(|e| panic!("cluster: {e}"))
-}
 
 fn client(url: &str, watchdog: Duration) -> LockClient {
     LockClient::builder(url)
@@ -99,10 +95,6 @@ async fn woken_after(
         .await
         .unwrap_or_else(|e| panic!("{e}"));
     at.duration_since(released)
-}
-
-fn env_var(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("{name} not set"))
 }
 
 /// One critical section on `name`: "inside" must go 0 → 1, the counter is

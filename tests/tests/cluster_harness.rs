@@ -4,13 +4,12 @@
 //! MOVED), a slot moves with its keys, `CLUSTER FAILOVER` promotes a
 //! replica, and a killed primary's replica takes over.
 
+mod support;
+
 use std::time::{Duration, Instant};
 
-use lock_tests::{RedisCluster, RespValue};
-
-fn cluster() -> RedisCluster {
-    RedisCluster::start(3, 1).unwrap_or_else(|e| panic!("cluster: {e}"))
-}
+use crate::support::cluster;
+use lock_tests::RespValue;
 
 fn info_field(reply: &RespValue, name: &str) -> Option<String> {
     reply.as_string()?.lines().find_map(|l| {
@@ -21,7 +20,7 @@ fn info_field(reply: &RespValue, name: &str) -> Option<String> {
 
 #[test]
 fn three_primaries_with_a_replica_each_serve_every_slot() {
-    let c = cluster();
+    let c = cluster(3, 1);
     assert_eq!(c.nodes().len(), 6);
     for (i, node) in c.nodes().iter().enumerate() {
         let info = node
@@ -60,7 +59,7 @@ fn three_primaries_with_a_replica_each_serve_every_slot() {
 
 #[test]
 fn a_key_lives_on_its_slots_primary_and_others_redirect() {
-    let c = cluster();
+    let c = cluster(3, 1);
     let key = "{user:7}:lock";
     let slot = c.key_slot(key).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(
@@ -83,7 +82,7 @@ fn a_key_lives_on_its_slots_primary_and_others_redirect() {
 
 #[test]
 fn a_slot_moves_with_its_keys() {
-    let c = cluster();
+    let c = cluster(3, 1);
     let slot = c.key_slot("{mig}").unwrap_or_else(|e| panic!("{e}"));
     let from = c.primary_for_slot(slot).unwrap_or_else(|e| panic!("{e}"));
     let to = (from + 1) % 3;
@@ -118,7 +117,7 @@ fn a_slot_moves_with_its_keys() {
 
 #[test]
 fn cluster_failover_promotes_the_replica() {
-    let c = cluster();
+    let c = cluster(3, 1);
     // node 3 replicates primary 0
     c.failover(3).unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(c.role(3).unwrap_or_else(|e| panic!("{e}")), "master");
@@ -132,7 +131,7 @@ fn cluster_failover_promotes_the_replica() {
 
 #[test]
 fn a_killed_primary_is_replaced_by_its_replica() {
-    let mut c = cluster();
+    let mut c = cluster(3, 1);
     let slot = 6000; // primary 1's range; node 4 replicates it
     assert_eq!(
         c.primary_for_slot(slot).unwrap_or_else(|e| panic!("{e}")),

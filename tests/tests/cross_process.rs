@@ -9,7 +9,7 @@ use std::io::{BufRead, BufReader};
 use std::process::{Child, Stdio};
 use std::time::Duration;
 
-use crate::support::{cmd, raw};
+use crate::support::{cmd, env_var, raw};
 use lock_core::LockClient;
 use tokio::time::Instant;
 
@@ -22,10 +22,6 @@ const WATCHDOG_MS: &str = "LOCK_TEST_WATCHDOG_MS";
 
 fn spawn_child(envs: &[(&str, String)]) -> Child {
     support::spawn_child(envs, Stdio::null())
-}
-
-fn env_var(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("child needs {name}"))
 }
 
 /// Entry point of the child processes; does nothing unless started by a

@@ -12,27 +12,11 @@ mod support;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::support::{cmd, raw, within};
+use crate::support::{acquire_sha, cmd, raw, release_sha, renew_sha, within};
 use lock_core::{in_context, LockClient, LockGuard};
 use lock_tests::{CommandMatch, CutKind, Fault, FaultProxy, RedisServer};
 
 type Hash = HashMap<String, String>;
-
-fn sha(source: &str) -> String {
-    redis::Script::new(source).get_hash().to_string()
-}
-
-fn acquire_sha() -> String {
-    sha(include_str!("../../lock-core/src/protocol/acquire.lua"))
-}
-
-fn release_sha() -> String {
-    sha(include_str!("../../lock-core/src/protocol/release.lua"))
-}
-
-fn renew_sha() -> String {
-    sha(include_str!("../../lock-core/src/protocol/renew.lua"))
-}
 
 struct Rig {
     server: RedisServer,

@@ -7,26 +7,15 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use crate::support::within;
+use crate::support::{failing_acquire, within};
 use lock_core::LockClient;
 use lock_tests::RedisServer;
-
-/// Runs one acquire with default client settings; returns the error and how
-/// long it took.
-async fn failing_acquire(url: String) -> (lock_core::Error, Duration) {
-    let client = LockClient::builder(url).build().expect("client");
-    let lock = client.lock("fails").expect("name");
-    let started = Instant::now();
-    let err = within(Duration::from_secs(10), "acquire", lock.acquire())
-        .await
-        .expect_err("must fail");
-    (err, started.elapsed())
-}
 
 #[tokio::test]
 async fn a_refused_connection_fails_at_once_and_says_so() {
     let port = lock_tests::free_port().expect("port");
-    let (err, took) = failing_acquire(format!("redis://127.0.0.1:{port}")).await;
+    let (err, took) =
+        failing_acquire(LockClient::builder(format!("redis://127.0.0.1:{port}"))).await;
     eprintln!("refused: {err} after {took:?}");
     assert!(took < Duration::from_secs(1), "{took:?}");
     assert!(err.is_connection_refused(), "{err:?}");
@@ -38,7 +27,7 @@ async fn a_refused_connection_fails_at_once_and_says_so() {
 #[tokio::test]
 async fn a_refused_connection_names_the_address() {
     let port = lock_tests::free_port().expect("port");
-    let (err, _) = failing_acquire(format!("redis://127.0.0.1:{port}")).await;
+    let (err, _) = failing_acquire(LockClient::builder(format!("redis://127.0.0.1:{port}"))).await;
     assert!(err.is_connection_refused(), "{err:?}");
     let text = err.to_string();
     assert!(
@@ -65,7 +54,7 @@ async fn a_refused_cluster_names_its_seeds() {
         lock_tests::free_port().expect("port"),
     );
     let url = format!("redis+cluster://127.0.0.1:{a},127.0.0.1:{b}");
-    let (err, took) = failing_acquire(url).await;
+    let (err, took) = failing_acquire(LockClient::builder(url)).await;
     eprintln!("refused cluster: {err} after {took:?}");
     assert!(err.is_connection_refused(), "{err:?}");
     let text = err.to_string();
@@ -86,7 +75,7 @@ async fn a_wrong_password_fails_at_once_and_says_so() {
         .start()
         .expect("server");
     let url = format!("redis://:wrong@127.0.0.1:{}", server.port());
-    let (err, took) = failing_acquire(url).await;
+    let (err, took) = failing_acquire(LockClient::builder(url)).await;
     eprintln!("wrong password: {err} after {took:?}");
     assert!(took < Duration::from_secs(1), "{took:?}");
     assert!(err.is_auth_failure(), "{err:?}");
@@ -100,7 +89,7 @@ async fn a_wrong_password_fails_at_once_and_says_so() {
 async fn a_db_index_out_of_range_fails_at_once_and_says_so() {
     let server = support::server();
     let url = format!("redis://127.0.0.1:{}/99", server.port());
-    let (err, took) = failing_acquire(url).await;
+    let (err, took) = failing_acquire(LockClient::builder(url)).await;
     eprintln!("DB 99: {err} after {took:?}");
     assert!(took < Duration::from_secs(1), "{took:?}");
     assert!(err.to_string().contains("DB index"), "{err}");

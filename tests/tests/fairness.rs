@@ -12,7 +12,7 @@ use std::io::{BufRead, BufReader};
 use std::process::Stdio;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use crate::support::{cmd, raw, within};
+use crate::support::{cmd, env_var, raw, within};
 use futures_util::StreamExt;
 use lock_core::LockClient;
 use tokio::time::Instant;
@@ -22,10 +22,6 @@ const URL: &str = "LOCK_TEST_URL";
 const NAME: &str = "LOCK_TEST_NAME";
 const START_AT_MS: &str = "LOCK_TEST_START_AT_MS";
 const RUN_MS: &str = "LOCK_TEST_RUN_MS";
-
-fn env_var(name: &str) -> String {
-    std::env::var(name).unwrap_or_else(|_| panic!("child needs {name}"))
-}
 
 fn unix_ms() -> u64 {
     SystemTime::now()

@@ -14,15 +14,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use crate::support::{cmd, raw, within};
+use crate::support::{cmd, raw, renew_sha, within};
 use lock_core::{Error, LockClient};
 use lock_tests::{CommandMatch, Fault, FaultProxy, ReplicatedPair};
-
-fn renew_sha() -> String {
-    redis::Script::new(include_str!("../../lock-core/src/protocol/renew.lua"))
-        .get_hash()
-        .to_string()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_half_open_renewal_connection_is_replaced_within_a_period() {

@@ -9,13 +9,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::support::{env, within};
+use crate::support::{env, script_calls, within};
 use lock_core::{AcquireOptions, Error, LockClient};
-
-fn evalsha_calls(server: &lock_tests::RedisServer) -> u64 {
-    let stats = server.info_commandstats().expect("commandstats");
-    stats.get("evalsha").copied().unwrap_or(0) + stats.get("eval").copied().unwrap_or(0)
-}
 
 #[tokio::test]
 async fn local_waiters_are_served_in_arrival_order() {
@@ -56,7 +51,7 @@ async fn contended_cycles_cost_about_one_script_call_each() {
     let violations = Arc::new(AtomicUsize::new(0));
     const TASKS: usize = 16;
     const CYCLES: usize = 25;
-    let before = evalsha_calls(&e.server);
+    let before = script_calls(&e.server);
     let mut tasks = Vec::new();
     for _ in 0..TASKS {
         let l = lock.clone();
@@ -81,7 +76,7 @@ async fn contended_cycles_cost_about_one_script_call_each() {
             .expect("join")
             .expect("cycles");
     }
-    let calls = evalsha_calls(&e.server) - before;
+    let calls = script_calls(&e.server) - before;
     let cycles = (TASKS * CYCLES) as u64;
     assert_eq!(counter.load(Ordering::SeqCst) as u64, cycles);
     assert_eq!(violations.load(Ordering::SeqCst), 0, "two inside at once");

@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 use std::time::Duration;
 
-use crate::support::layer::{client, commands_but_info, redis, script_calls, Probe};
-use crate::support::{eventually, within};
+use crate::support::layer::{client, lock_error, Probe};
+use crate::support::{commands_but_info, eventually, script_calls, server, within};
 use bytes::Bytes;
 use futures_util::future::join_all;
 use http_body_util::{BodyExt, Channel};
@@ -42,14 +42,9 @@ fn probed(
         }))
 }
 
-fn lock_error(err: &BoxError) -> &LockError {
-    err.downcast_ref::<LockError>()
-        .unwrap_or_else(|| panic!("expected a LockError, got {err}"))
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn same_key_requests_never_overlap_across_two_clients() {
-    let server = redis();
+    let server = server();
     let probe = Probe::new();
     let a = probed(client(&server), probe.clone(), Duration::from_millis(5));
     let b = probed(client(&server), probe.clone(), Duration::from_millis(5));
@@ -77,7 +72,7 @@ async fn same_key_requests_never_overlap_across_two_clients() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn different_keys_run_concurrently() {
-    let server = redis();
+    let server = server();
     let probe = Probe::new();
     let svc = probed(client(&server), probe.clone(), Duration::from_millis(200));
     let calls = (0..8).map(|i| tokio::spawn(svc.clone().oneshot(Some(format!("account:{i}")))));
@@ -90,7 +85,7 @@ async fn different_keys_run_concurrently() {
 
 #[tokio::test]
 async fn requests_without_a_key_pass_through_without_any_redis_command() {
-    let server = redis();
+    let server = server();
     let probe = Probe::new();
     let svc = probed(client(&server), probe.clone(), Duration::ZERO);
     // Warm up: connections made, scripts loaded.
@@ -110,7 +105,7 @@ async fn requests_without_a_key_pass_through_without_any_redis_command() {
 
 #[tokio::test]
 async fn the_wait_bound_passes_with_a_busy_lock_error() {
-    let server = redis();
+    let server = server();
     let client = client(&server);
     let probe = Probe::new();
     let held = client
@@ -164,7 +159,7 @@ async fn the_wait_bound_passes_with_a_busy_lock_error() {
 
 #[tokio::test]
 async fn redis_down_is_a_redis_error_not_busy() {
-    let mut server = redis();
+    let mut server = server();
     let client = LockClient::builder(server.url())
         .command_timeout(Duration::from_millis(500))
         .connect_timeout(Duration::from_millis(500))
@@ -190,7 +185,7 @@ async fn redis_down_is_a_redis_error_not_busy() {
 
 #[tokio::test]
 async fn an_invalid_key_is_rejected_before_redis() {
-    let server = redis();
+    let server = server();
     let before = commands_but_info(&server);
     let svc = ServiceBuilder::new()
         .layer(LockLayer::generic(client(&server), |_: &()| Some("")))
@@ -220,7 +215,7 @@ impl Service<()> for EagerCall {
 
 #[tokio::test]
 async fn the_inner_service_is_called_only_once_the_lock_is_held() {
-    let server = redis();
+    let server = server();
     let client = client(&server);
     let calls = Arc::new(AtomicU64::new(0));
     let svc = LockLayer::generic(client.clone(), |_: &()| Some("eager"))
@@ -277,7 +272,7 @@ impl Service<()> for NotReady {
 
 #[tokio::test]
 async fn poll_ready_delegates_to_the_inner_service() {
-    let server = redis();
+    let server = server();
     let generic = LockLayer::generic(client(&server), |_: &()| Some("k")).layer_service(NotReady);
     let err = generic.oneshot(()).await.expect_err("inner not ready");
     assert_eq!(err.to_string(), "inner not ready");
@@ -308,7 +303,7 @@ async fn poll_ready_delegates_to_the_inner_service() {
 
 #[tokio::test]
 async fn a_handler_reenters_its_request_lock() {
-    let server = redis();
+    let server = server();
     let client = client(&server);
     let inner_client = client.clone();
     let svc = ServiceBuilder::new()
@@ -352,7 +347,7 @@ async fn a_handler_reenters_its_request_lock() {
 
 #[tokio::test]
 async fn nested_layers_with_the_same_key_reenter() {
-    let server = redis();
+    let server = server();
     let client = client(&server);
     let svc = ServiceBuilder::new()
         .layer(
@@ -374,7 +369,7 @@ async fn nested_layers_with_the_same_key_reenter() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_dropped_while_waiting_frees_its_place() {
-    let server = redis();
+    let server = server();
     let client = client(&server);
     let probe = Probe::new();
     let svc = probed(client.clone(), probe.clone(), Duration::ZERO);
@@ -411,7 +406,7 @@ async fn a_request_dropped_while_waiting_frees_its_place() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_dropped_while_holding_releases_the_lock_promptly() {
-    let server = redis();
+    let server = server();
     // A long watchdog lease: only an actual release frees the lock quickly.
     let client = LockClient::builder(server.url())
         .watchdog_timeout(Duration::from_secs(30))
@@ -441,7 +436,7 @@ async fn a_request_dropped_while_holding_releases_the_lock_promptly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_queueing_keeps_lock_script_calls_near_one_per_request() {
-    let server = redis();
+    let server = server();
     let client = client(&server);
     let probe = Probe::new();
     let svc = probed(client.clone(), probe.clone(), Duration::from_millis(2));
@@ -483,7 +478,7 @@ async fn local_queueing_keeps_lock_script_calls_near_one_per_request() {
 
 #[tokio::test]
 async fn an_explicit_lease_is_used_instead_of_the_watchdog() {
-    let server = redis();
+    let server = server();
     let client = client(&server); // watchdog timeout 5 s
     let lock = client.lock("leased").expect("name");
     let seen = Arc::new(std::sync::Mutex::new(None));
@@ -530,7 +525,7 @@ fn streaming(
 
 #[tokio::test]
 async fn hold_until_body_end_keeps_the_lock_until_the_body_is_done() {
-    let server = redis();
+    let server = server();
     let client = client(&server);
     let lock = client.lock("POST /stream").expect("name");
     let is_locked = || async { lock.is_locked().await.unwrap_or(false) };
@@ -590,7 +585,7 @@ async fn hold_until_body_end_keeps_the_lock_until_the_body_is_done() {
 
 #[tokio::test]
 async fn the_http_flavour_answers_with_responses_and_keeps_the_error_type() {
-    let server = redis();
+    let server = server();
     let client = client(&server);
     let held = client
         .lock("GET /busy")

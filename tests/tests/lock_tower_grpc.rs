@@ -7,15 +7,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::layer::{client, commands_but_info, redis, Probe};
-use crate::support::within;
+use crate::support::layer::{client, start_grpc, Probe};
+use crate::support::{commands_but_info, server, within};
 use futures_util::future::join_all;
 use lock_core::LockClient;
 use lock_examples::proto::accounts_client::AccountsClient;
 use lock_examples::proto::accounts_server::Accounts;
 use lock_examples::proto::{WithdrawReply, WithdrawRequest};
 use lock_tower::{Grpc, LockLayer, MetadataKey};
-use tokio::sync::oneshot;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status};
 
@@ -46,14 +45,6 @@ impl Accounts for ProbeService {
             concurrent: 0,
         }))
     }
-}
-
-/// A tonic server with the layer; stops when the sender is dropped.
-async fn start(
-    layer: LockLayer<MetadataKey, Grpc>,
-    service: ProbeService,
-) -> (SocketAddr, oneshot::Sender<()>) {
-    support::layer::start_grpc(layer, service).await
 }
 
 fn layer(client: LockClient, wait: Duration) -> LockLayer<MetadataKey, Grpc> {
@@ -88,11 +79,11 @@ async fn call(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn same_metadata_key_calls_through_two_servers_never_overlap() {
-    let redis_server = redis();
+    let redis_server = server();
     let probe = Probe::new();
     let work = Duration::from_millis(5);
     let wait = Duration::from_secs(30);
-    let (a, _stop_a) = start(
+    let (a, _stop_a) = start_grpc(
         layer(client(&redis_server), wait),
         ProbeService {
             probe: probe.clone(),
@@ -100,7 +91,7 @@ async fn same_metadata_key_calls_through_two_servers_never_overlap() {
         },
     )
     .await;
-    let (b, _stop_b) = start(
+    let (b, _stop_b) = start_grpc(
         layer(client(&redis_server), wait),
         ProbeService {
             probe: probe.clone(),
@@ -129,13 +120,13 @@ async fn same_metadata_key_calls_through_two_servers_never_overlap() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn different_metadata_keys_run_concurrently() {
-    let redis_server = redis();
+    let redis_server = server();
     let probe = Probe::new();
     let service = ProbeService {
         probe: probe.clone(),
         work: Duration::from_millis(200),
     };
-    let (addr, _stop) = start(
+    let (addr, _stop) = start_grpc(
         layer(client(&redis_server), Duration::from_secs(10)),
         service,
     )
@@ -156,13 +147,13 @@ async fn different_metadata_keys_run_concurrently() {
 
 #[tokio::test]
 async fn calls_without_the_metadata_entry_pass_through_with_no_redis_command() {
-    let redis_server = redis();
+    let redis_server = server();
     let probe = Probe::new();
     let service = ProbeService {
         probe: probe.clone(),
         work: Duration::ZERO,
     };
-    let (addr, _stop) = start(
+    let (addr, _stop) = start_grpc(
         layer(client(&redis_server), Duration::from_secs(5)),
         service,
     )
@@ -182,7 +173,7 @@ async fn calls_without_the_metadata_entry_pass_through_with_no_redis_command() {
 
 #[tokio::test]
 async fn busy_is_unavailable_and_redis_down_is_internal() {
-    let mut redis_server = redis();
+    let mut redis_server = server();
     let lock_client = LockClient::builder(redis_server.url())
         .command_timeout(Duration::from_millis(500))
         .connect_timeout(Duration::from_millis(500))
@@ -194,7 +185,7 @@ async fn busy_is_unavailable_and_redis_down_is_internal() {
         work: Duration::ZERO,
     };
     let wait = Duration::from_millis(200);
-    let (plain, _stop_plain) = start(layer(lock_client.clone(), wait), service()).await;
+    let (plain, _stop_plain) = start_grpc(layer(lock_client.clone(), wait), service()).await;
     let custom_layer = layer(lock_client.clone(), wait).on_rejection(|err| {
         if err.is_busy() {
             Status::resource_exhausted(format!("{} is busy", err.key()))
@@ -202,7 +193,7 @@ async fn busy_is_unavailable_and_redis_down_is_internal() {
             Grpc::default_status(err)
         }
     });
-    let (custom, _stop_custom) = start(custom_layer, service()).await;
+    let (custom, _stop_custom) = start_grpc(custom_layer, service()).await;
     let (plain, custom) = (connect(plain).await, connect(custom).await);
 
     let held = lock_client
@@ -245,7 +236,7 @@ async fn busy_is_unavailable_and_redis_down_is_internal() {
 
 #[tokio::test]
 async fn an_invalid_key_is_invalid_argument() {
-    let redis_server = redis();
+    let redis_server = server();
     let lock_client = LockClient::builder(redis_server.url())
         .max_name_len(16)
         .build()
@@ -254,7 +245,7 @@ async fn an_invalid_key_is_invalid_argument() {
         probe: Probe::new(),
         work: Duration::ZERO,
     };
-    let (addr, _stop) = start(layer(lock_client, Duration::from_secs(1)), service).await;
+    let (addr, _stop) = start_grpc(layer(lock_client, Duration::from_secs(1)), service).await;
     let status = call(connect(addr).await, Some(&"x".repeat(40)))
         .await
         .expect_err("too long");
@@ -263,14 +254,15 @@ async fn an_invalid_key_is_invalid_argument() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_call_cancelled_while_waiting_gives_up_its_place() {
-    let redis_server = redis();
+    let redis_server = server();
     let lock_client = client(&redis_server);
     let probe = Probe::new();
     let service = ProbeService {
         probe: probe.clone(),
         work: Duration::ZERO,
     };
-    let (addr, _stop) = start(layer(lock_client.clone(), Duration::from_secs(10)), service).await;
+    let (addr, _stop) =
+        start_grpc(layer(lock_client.clone(), Duration::from_secs(10)), service).await;
     let client = connect(addr).await;
     let held = lock_client
         .lock("account:acct-3")

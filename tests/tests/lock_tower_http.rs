@@ -6,10 +6,8 @@ mod support;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::layer::{
-    client, commands_but_info, http_client, redis, script_calls, send, HttpServer, Probe,
-};
-use crate::support::{eventually, within};
+use crate::support::layer::{client, http_client, send, HttpServer, Probe};
+use crate::support::{commands_but_info, eventually, script_calls, server, within};
 use axum::body::Body;
 use axum::error_handling::HandleErrorLayer;
 use axum::extract::Request;
@@ -52,7 +50,7 @@ fn accounts_app(client: LockClient, probe: Arc<Probe>, work: Duration, wait: Dur
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn same_key_requests_through_two_servers_never_overlap() {
-    let redis_server = redis();
+    let redis_server = server();
     let probe = Probe::new();
     let work = Duration::from_millis(5);
     let wait = Duration::from_secs(30);
@@ -94,7 +92,7 @@ async fn same_key_requests_through_two_servers_never_overlap() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn different_keys_run_concurrently_over_http() {
-    let redis_server = redis();
+    let redis_server = server();
     let probe = Probe::new();
     let app = accounts_app(
         client(&redis_server),
@@ -125,7 +123,7 @@ async fn different_keys_run_concurrently_over_http() {
 
 #[tokio::test]
 async fn requests_without_a_key_pass_through_with_no_redis_command() {
-    let redis_server = redis();
+    let redis_server = server();
     let probe = Probe::new();
     let app = accounts_app(
         client(&redis_server),
@@ -154,7 +152,7 @@ async fn requests_without_a_key_pass_through_with_no_redis_command() {
 
 #[tokio::test]
 async fn the_wait_bound_answers_503_with_retry_after_or_the_configured_response() {
-    let redis_server = redis();
+    let redis_server = server();
     let client = client(&redis_server);
     let probe = Probe::new();
     let held = client
@@ -212,7 +210,7 @@ async fn the_wait_bound_answers_503_with_retry_after_or_the_configured_response(
 
 #[tokio::test]
 async fn redis_down_answers_500_not_503() {
-    let mut redis_server = redis();
+    let mut redis_server = server();
     let client = LockClient::builder(redis_server.url())
         .command_timeout(Duration::from_millis(500))
         .connect_timeout(Duration::from_millis(500))
@@ -237,7 +235,7 @@ async fn redis_down_answers_500_not_503() {
 
 #[tokio::test]
 async fn an_invalid_key_answers_400() {
-    let redis_server = redis();
+    let redis_server = server();
     let client = LockClient::builder(redis_server.url())
         .max_name_len(16)
         .build()
@@ -275,7 +273,7 @@ async fn raw_request(server: &HttpServer, path: &str) -> tokio::net::TcpStream {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_disconnects_while_holding_releases_the_lock_promptly() {
-    let redis_server = redis();
+    let redis_server = server();
     // A long watchdog lease: only a release frees the lock quickly.
     let client = LockClient::builder(redis_server.url())
         .watchdog_timeout(Duration::from_secs(30))
@@ -306,7 +304,7 @@ async fn a_client_that_disconnects_while_holding_releases_the_lock_promptly() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_that_disconnects_while_waiting_gives_up_its_place() {
-    let redis_server = redis();
+    let redis_server = server();
     let client = client(&redis_server);
     let probe = Probe::new();
     let app = accounts_app(
@@ -344,7 +342,7 @@ async fn a_client_that_disconnects_while_waiting_gives_up_its_place() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hold_until_body_end_keeps_a_streaming_response_exclusive() {
-    let redis_server = redis();
+    let redis_server = server();
     let client = client(&redis_server);
     let (tx, rx) = tokio::sync::mpsc::channel::<tokio::sync::oneshot::Receiver<()>>(1);
     let rx = Arc::new(tokio::sync::Mutex::new(rx));
@@ -399,7 +397,7 @@ async fn hold_until_body_end_keeps_a_streaming_response_exclusive() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn local_queueing_over_http_keeps_script_calls_near_one_per_request() {
-    let redis_server = redis();
+    let redis_server = server();
     let client = client(&redis_server);
     let probe = Probe::new();
     let app = accounts_app(
@@ -443,7 +441,7 @@ async fn local_queueing_over_http_keeps_script_calls_near_one_per_request() {
 
 #[tokio::test]
 async fn the_generic_flavour_works_with_handle_error_layer() {
-    let redis_server = redis();
+    let redis_server = server();
     let client = client(&redis_server);
     let held = client
         .lock("job")

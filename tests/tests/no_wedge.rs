@@ -7,15 +7,9 @@ mod support;
 
 use std::time::Duration;
 
-use crate::support::{cmd, raw, within};
+use crate::support::{cmd, raw, release_sha, within};
 use lock_core::{in_context, LockClient};
 use lock_tests::{CommandMatch, Fault, FaultProxy};
-
-fn release_sha() -> String {
-    redis::Script::new(include_str!("../../lock-core/src/protocol/release.lua"))
-        .get_hash()
-        .to_string()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_whose_reply_was_lost_does_not_strand_local_waiters() {

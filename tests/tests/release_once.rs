@@ -12,15 +12,9 @@ mod support;
 
 use std::time::{Duration, Instant};
 
-use crate::support::{cmd, raw, within};
+use crate::support::{cmd, raw, release_sha, within};
 use lock_core::{in_context, LockClient};
 use lock_tests::{CommandMatch, Fault, FaultProxy};
-
-fn release_sha() -> String {
-    redis::Script::new(include_str!("../../lock-core/src/protocol/release.lua"))
-        .get_hash()
-        .to_string()
-}
 
 const COMMAND_MS: u64 = 100;
 

@@ -11,11 +11,10 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
 use crate::support::layer::{http_client, send, HttpServer};
-use crate::support::within;
+use crate::support::{hash_on, within};
 use lock_core::{AcquireOptions, Error, LockClient};
 use lock_tests::{RedisServer, ReplicatedPair};
 use lock_tower::{LockLayer, PathSegment};
@@ -35,18 +34,6 @@ fn client(server: &RedisServer, ack: Option<(u32, Duration)>) -> LockClient {
         b = b.wait_for_replicas(n, timeout);
     }
     b.build().unwrap_or_else(|e| panic!("client: {e}"))
-}
-
-/// The lock hash as a server has it (the observer's view, not the client's).
-fn hash_on(server: &RedisServer, key: &str) -> HashMap<String, String> {
-    let reply = server
-        .command(&["HGETALL", key])
-        .unwrap_or_else(|e| panic!("HGETALL: {e}"));
-    let items = reply.as_array().unwrap_or_default();
-    items
-        .chunks(2)
-        .filter_map(|kv| Some((kv.first()?.as_string()?, kv.get(1)?.as_string()?)))
-        .collect()
 }
 
 fn exists_on(server: &RedisServer, key: &str) -> bool {

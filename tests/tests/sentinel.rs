@@ -10,10 +10,9 @@
 
 mod support;
 
-use std::collections::HashMap;
 use std::time::Duration;
 
-use crate::support::within;
+use crate::support::{hash_on, sentinel_set, within};
 use lock_core::{AcquireOptions, LockClient, LockGuard};
 use lock_tests::{RedisServer, SentinelSet};
 use tokio::time::Instant;
@@ -24,10 +23,6 @@ use tokio::time::Instant;
 /// Generous for a loaded CI machine; measured figures are printed.
 const FOLLOW_BOUND: Duration = Duration::from_secs(3);
 
-fn set() -> SentinelSet {
-    SentinelSet::start("locks").unwrap_or_else(|e| panic!("sentinel set: {e}"))
-}
-
 fn client(url: &str, watchdog: Duration) -> LockClient {
     LockClient::builder(url)
         .watchdog_timeout(watchdog)
@@ -37,26 +32,13 @@ fn client(url: &str, watchdog: Duration) -> LockClient {
         .unwrap_or_else(|e| panic!("client: {e}"))
 }
 
-/// The lock hash as data node `node` has it.
-fn hash_on(node: &RedisServer, key: &str) -> HashMap<String, String> {
-    let reply = node
-        .command(&["HGETALL", key])
-        .unwrap_or_else(|e| panic!("HGETALL: {e}"));
-    reply
-        .as_array()
-        .unwrap_or_default()
-        .chunks(2)
-        .filter_map(|kv| Some((kv.first()?.as_string()?, kv.get(1)?.as_string()?)))
-        .collect()
-}
-
 fn owner_on(node: &RedisServer, key: &str, guard: &LockGuard) -> bool {
     hash_on(node, key).contains_key(guard.owner_id())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_sentinel_url_reaches_the_primary_it_names() {
-    let s = set();
+    let s = sentinel_set();
     let c = client(&s.url(), Duration::from_secs(30));
     let lock = c.lock("orders").unwrap_or_else(|e| panic!("{e}"));
     let guard = lock.acquire().await.unwrap_or_else(|e| panic!("{e}"));
@@ -70,7 +52,7 @@ async fn a_sentinel_url_reaches_the_primary_it_names() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_service_or_no_sentinel_fails_with_the_cause() {
-    let s = set();
+    let s = sentinel_set();
     let wrong = s.url().replace("/locks", "/nosuch");
     let err = client(&wrong, Duration::from_secs(30))
         .ping()
@@ -98,7 +80,7 @@ async fn an_unknown_service_or_no_sentinel_fails_with_the_cause() {
 /// gets it only after the holder's release, on the new primary.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn failover_under_a_holder_and_a_waiter_keeps_the_replicated_hold() {
-    let s = set();
+    let s = sentinel_set();
     // Renewed every 2 s: a failover pauses writes on the old primary for
     // about a second, well inside the lease.
     let watchdog = Duration::from_secs(6);
@@ -210,7 +192,7 @@ async fn failover_under_a_holder_and_a_waiter_keeps_the_replicated_hold() {
 /// lost (well before its local deadline), and another client takes it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hold_the_new_primary_lacks_is_reported_lost() {
-    let mut s = set();
+    let mut s = sentinel_set();
     let watchdog = Duration::from_secs(20);
     let c = client(&s.url(), watchdog);
     let lock = c.lock("report").unwrap_or_else(|e| panic!("{e}"));

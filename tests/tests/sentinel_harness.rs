@@ -5,9 +5,12 @@
 //! replica acknowledges nothing (`WAIT` answers 0: what replica
 //! acknowledgement must detect).
 
+mod support;
+
 use std::time::{Duration, Instant};
 
-use lock_tests::{RedisServer, SentinelSet};
+use crate::support::sentinel_set;
+use lock_tests::RedisServer;
 
 /// `SET k v` then `WAIT 1 timeout_ms` on one connection (WAIT counts the
 /// replicas that acknowledged this connection's writes); the count.
@@ -28,13 +31,9 @@ fn write_and_wait(primary: &RedisServer, timeout_ms: u64) -> i64 {
         .unwrap_or_else(|e| panic!("{e}"))
 }
 
-fn set() -> SentinelSet {
-    SentinelSet::start("locks").unwrap_or_else(|e| panic!("sentinel set: {e}"))
-}
-
 #[test]
 fn a_primary_a_linked_replica_and_three_sentinels() {
-    let s = set();
+    let s = sentinel_set();
     assert_eq!(s.current_primary().unwrap_or_else(|e| panic!("{e}")), 0);
     assert_eq!(s.role(0).unwrap_or_else(|e| panic!("{e}")), "master");
     assert!(s.replica_linked(1).unwrap_or_else(|e| panic!("{e}")));
@@ -58,7 +57,7 @@ fn a_primary_a_linked_replica_and_three_sentinels() {
 
 #[test]
 fn a_paused_replica_acknowledges_nothing() {
-    let s = set();
+    let s = sentinel_set();
     s.data_nodes()[1].pause().unwrap_or_else(|e| panic!("{e}"));
     let started = Instant::now();
     let acked = write_and_wait(&s.data_nodes()[0], 300);
@@ -72,7 +71,7 @@ fn a_paused_replica_acknowledges_nothing() {
 
 #[test]
 fn sentinel_failover_moves_the_primary_to_the_replica() {
-    let s = set();
+    let s = sentinel_set();
     s.failover().unwrap_or_else(|e| panic!("{e}"));
     assert_eq!(s.current_primary().unwrap_or_else(|e| panic!("{e}")), 1);
     assert_eq!(s.role(1).unwrap_or_else(|e| panic!("{e}")), "master");
@@ -89,7 +88,7 @@ fn sentinel_failover_moves_the_primary_to_the_replica() {
 
 #[test]
 fn a_killed_primary_is_replaced_by_the_replica() {
-    let mut s = set();
+    let mut s = sentinel_set();
     let killed_at = Instant::now();
     s.data_node_mut(0)
         .unwrap_or_else(|| panic!("node 0"))

@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
-use crate::support::within;
+use crate::support::{failing_acquire, within};
 use lock_core::{LockClient, Result};
 use lock_tests::RedisServer;
 use rcgen::{
@@ -108,17 +108,6 @@ async fn round_trip(client: &LockClient) -> Result<Duration> {
     let guard = client.lock("tls")?.acquire().await?;
     guard.release().await?;
     Ok(started.elapsed())
-}
-
-/// The error of a first acquire through `builder`, and how long it took.
-async fn failing_acquire(builder: lock_core::ClientBuilder) -> (lock_core::Error, Duration) {
-    let client = builder.build().expect("client");
-    let lock = client.lock("tls").expect("name");
-    let started = Instant::now();
-    let err = within(Duration::from_secs(10), "acquire", lock.acquire())
-        .await
-        .expect_err("must fail");
-    (err, started.elapsed())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -7,33 +7,17 @@ mod support;
 use std::convert::Infallible;
 use std::time::Duration;
 
-use crate::support::{cmd, raw, within};
-use lock_core::{HeldLock, LockClient};
-use lock_tests::RedisServer;
-use lock_tower::{BoxError, LockError, LockLayer};
+use crate::support::layer::lock_error;
+use crate::support::{cmd, prefixed_client, raw, within};
+use lock_core::HeldLock;
+use lock_tower::LockLayer;
 use tokio::time::Instant;
 use tower::{service_fn, ServiceBuilder, ServiceExt};
-
-/// A client whose keys start with `app:`.
-fn prefixed_client(server: &RedisServer, watchdog: Duration) -> LockClient {
-    LockClient::builder(server.url())
-        .key_prefix("app:")
-        .watchdog_timeout(watchdog)
-        .command_timeout(Duration::from_millis(500))
-        .connect_timeout(Duration::from_millis(500))
-        .build()
-        .expect("lock client")
-}
-
-fn lock_error(err: &BoxError) -> &LockError {
-    err.downcast_ref::<LockError>()
-        .unwrap_or_else(|| panic!("expected a LockError, got {err}"))
-}
 
 #[tokio::test]
 async fn held_lock_current_in_a_generic_service_is_the_request_lock() {
     let server = support::server();
-    let client = prefixed_client(&server, Duration::from_secs(5));
+    let client = prefixed_client(&server, Duration::from_secs(5), Duration::from_millis(500));
     let observer = raw(&server).await;
     let svc = ServiceBuilder::new()
         .layer(LockLayer::generic(client, |tenant: &u32| {
@@ -72,7 +56,11 @@ async fn held_lock_current_in_a_generic_service_is_the_request_lock() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn generic_cancel_on_lost_fails_with_a_lost_lock_error_and_stops_the_service() {
     let server = support::server();
-    let client = prefixed_client(&server, Duration::from_millis(900));
+    let client = prefixed_client(
+        &server,
+        Duration::from_millis(900),
+        Duration::from_millis(500),
+    );
     let observer = raw(&server).await;
     let work = Duration::from_secs(5);
     let (entered_tx, mut entered_rx) = tokio::sync::mpsc::unbounded_channel();

@@ -8,7 +8,8 @@ mod support;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use crate::support::{cmd, raw, within};
+use crate::support::layer::start_grpc;
+use crate::support::{cmd, prefixed_client, raw, within};
 use lock_core::{HeldLock, LockClient};
 use lock_examples::proto::accounts_client::AccountsClient;
 use lock_examples::proto::accounts_server::Accounts;
@@ -16,23 +17,12 @@ use lock_examples::proto::{WithdrawReply, WithdrawRequest};
 use lock_tests::RedisServer;
 use lock_tower::{Grpc, HeldLockExt, LockLayer, MetadataKey};
 use redis::aio::MultiplexedConnection;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 use tonic::{Code, Request, Response, Status};
 
 const METADATA: &str = "x-account-id";
-
-/// A client whose keys start with `app:`.
-fn prefixed_client(server: &RedisServer, watchdog: Duration) -> LockClient {
-    LockClient::builder(server.url())
-        .key_prefix("app:")
-        .watchdog_timeout(watchdog)
-        .command_timeout(Duration::from_secs(2))
-        .connect_timeout(Duration::from_secs(2))
-        .build()
-        .expect("lock client")
-}
 
 fn layer(client: LockClient) -> LockLayer<MetadataKey, Grpc> {
     LockLayer::grpc(
@@ -98,14 +88,6 @@ impl Accounts for LockedAccounts {
     }
 }
 
-/// A tonic server with the layer; stops when the sender is dropped.
-async fn start(
-    layer: LockLayer<MetadataKey, Grpc>,
-    service: LockedAccounts,
-) -> (SocketAddr, oneshot::Sender<()>) {
-    support::layer::start_grpc(layer, service).await
-}
-
 async fn call(addr: SocketAddr, account: &str) -> Result<WithdrawReply, Status> {
     let mut client: AccountsClient<Channel> = AccountsClient::connect(format!("http://{addr}"))
         .await
@@ -123,7 +105,7 @@ async fn call(addr: SocketAddr, account: &str) -> Result<WithdrawReply, Status> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_tonic_accessor_carries_the_token_redis_issued() {
     let server = support::server();
-    let client = prefixed_client(&server, Duration::from_secs(5));
+    let client = prefixed_client(&server, Duration::from_secs(5), Duration::from_secs(2));
     let (seen, mut reports) = mpsc::unbounded_channel();
     let service = LockedAccounts {
         observer: raw(&server).await,
@@ -131,7 +113,7 @@ async fn the_tonic_accessor_carries_the_token_redis_issued() {
         entered: mpsc::unbounded_channel().0,
         work: None,
     };
-    let (addr, _stop) = start(layer(client), service).await;
+    let (addr, _stop) = start_grpc(layer(client), service).await;
     let mut tokens = Vec::new();
     for _ in 0..3 {
         let reply = call(addr, "acct-7").await.expect("call");
@@ -172,7 +154,7 @@ async fn delete_the_lock_behind_a_slow_call(
         entered,
         work: Some(work),
     };
-    let (addr, stop) = start(layer, service).await;
+    let (addr, stop) = start_grpc(layer, service).await;
     let call = tokio::spawn(async move { call(addr, "acct-1").await });
     let entered = within(Duration::from_secs(5), "the method starts", entries.recv())
         .await
@@ -192,7 +174,7 @@ async fn delete_the_lock_behind_a_slow_call(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_on_lost_answers_aborted_and_stops_the_method() {
     let server = support::server();
-    let client = prefixed_client(&server, Duration::from_millis(900));
+    let client = prefixed_client(&server, Duration::from_millis(900), Duration::from_secs(2));
     let work = Duration::from_secs(5);
     let (outcome, took, entered) = delete_the_lock_behind_a_slow_call(
         &server,
@@ -216,7 +198,7 @@ async fn cancel_on_lost_answers_aborted_and_stops_the_method() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_cancel_on_lost_the_method_runs_to_its_end() {
     let server = support::server();
-    let client = prefixed_client(&server, Duration::from_millis(900));
+    let client = prefixed_client(&server, Duration::from_millis(900), Duration::from_secs(2));
     let (outcome, _, _) = delete_the_lock_behind_a_slow_call(
         &server,
         layer(client),

@@ -8,7 +8,7 @@ mod support;
 use std::time::Duration;
 
 use crate::support::layer::{http_client, send, HttpServer};
-use crate::support::{cmd, raw, within};
+use crate::support::{cmd, prefixed_client, raw, within};
 use axum::extract::Request;
 use axum::routing::post;
 use axum::Router;
@@ -17,18 +17,6 @@ use lock_tests::RedisServer;
 use lock_tower::{Held, HeldLockExt, LockLayer, MissingHeldLock, PathSegment};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
-
-/// A client whose keys start with `app:`, so that the lock's Redis key
-/// (and its token key) differ from its name.
-fn prefixed_client(server: &RedisServer, watchdog: Duration) -> LockClient {
-    LockClient::builder(server.url())
-        .key_prefix("app:")
-        .watchdog_timeout(watchdog)
-        .command_timeout(Duration::from_secs(2))
-        .connect_timeout(Duration::from_secs(2))
-        .build()
-        .expect("lock client")
-}
 
 fn account_layer(client: LockClient) -> LockLayer<PathSegment, lock_tower::Http> {
     LockLayer::new(client, PathSegment::after("accounts").prefix("account:"))
@@ -52,7 +40,7 @@ struct Seen {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_extractor_and_the_extension_carry_the_token_redis_issued() {
     let server = support::server();
-    let client = prefixed_client(&server, Duration::from_secs(5));
+    let client = prefixed_client(&server, Duration::from_secs(5), Duration::from_secs(2));
     let observer = raw(&server).await;
     let (tx, mut rx) = mpsc::unbounded_channel::<Seen>();
     let handler = move |Held(held): Held, req: Request| {
@@ -111,7 +99,7 @@ async fn the_extractor_and_the_extension_carry_the_token_redis_issued() {
 #[tokio::test]
 async fn the_extractor_without_a_lock_is_a_500_naming_the_cause() {
     let server = support::server();
-    let client = prefixed_client(&server, Duration::from_secs(5));
+    let client = prefixed_client(&server, Duration::from_secs(5), Duration::from_secs(2));
     let app = Router::new()
         // behind the layer, but its key function gives no key for this path
         .route("/accounts", post(|Held(_): Held| async { "unreachable" }))
@@ -173,7 +161,7 @@ async fn slow_server(
 async fn cancel_on_lost_answers_503_and_stops_the_handler() {
     let server = support::server();
     // watchdog 900 ms: renewals every 300 ms notice a deleted lock quickly
-    let client = prefixed_client(&server, Duration::from_millis(900));
+    let client = prefixed_client(&server, Duration::from_millis(900), Duration::from_secs(2));
     let work = Duration::from_secs(5);
     let (http, mut entries) =
         slow_server(&server, account_layer(client).cancel_on_lost(), work).await;
@@ -214,7 +202,7 @@ async fn cancel_on_lost_answers_503_and_stops_the_handler() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn without_cancel_on_lost_the_handler_runs_to_its_end() {
     let server = support::server();
-    let client = prefixed_client(&server, Duration::from_millis(900));
+    let client = prefixed_client(&server, Duration::from_millis(900), Duration::from_secs(2));
     let work = Duration::from_millis(1500);
     let (http, mut entries) = slow_server(&server, account_layer(client), work).await;
     let mut observer = raw(&server).await;
@@ -246,7 +234,7 @@ async fn without_cancel_on_lost_the_handler_runs_to_its_end() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_shut_down_client_answers_503_shutting_down() {
     let server = support::server();
-    let client = prefixed_client(&server, Duration::from_secs(30));
+    let client = prefixed_client(&server, Duration::from_secs(30), Duration::from_secs(2));
     let layer = account_layer(client.clone());
     let (http, mut entries) = slow_server(&server, layer, Duration::from_secs(2)).await;
     let http_client = http_client();

@@ -8,28 +8,10 @@ mod support;
 use std::convert::Infallible;
 use std::time::Duration;
 
-use crate::support::{cmd, raw, within, Capture};
-use lock_core::LockClient;
-use lock_tests::RedisServer;
-use lock_tower::{BoxError, LockError, LockLayer};
+use crate::support::layer::lock_error;
+use crate::support::{cmd, prefixed_client, raw, within, Capture};
+use lock_tower::{BoxError, LockLayer};
 use tower::{service_fn, ServiceBuilder, ServiceExt};
-
-/// A client whose keys start with `app:`; short time-outs, so that a
-/// stopped Redis is noticed quickly.
-fn prefixed_client(server: &RedisServer, watchdog: Duration) -> LockClient {
-    LockClient::builder(server.url())
-        .key_prefix("app:")
-        .watchdog_timeout(watchdog)
-        .command_timeout(Duration::from_millis(500))
-        .connect_timeout(Duration::from_millis(500))
-        .build()
-        .expect("lock client")
-}
-
-fn lock_error(err: &BoxError) -> &LockError {
-    err.downcast_ref::<LockError>()
-        .unwrap_or_else(|| panic!("expected a LockError, got {err}"))
-}
 
 /// The layer's rejection events among everything captured, as
 /// `(level, line)`.
@@ -54,7 +36,11 @@ fn each_rejection_is_one_event_with_its_reason() {
     let mut server = support::server();
     let reasons = tracing::subscriber::with_default(capture.clone(), || {
         rt.block_on(async {
-            let client = prefixed_client(&server, Duration::from_millis(900));
+            let client = prefixed_client(
+                &server,
+                Duration::from_millis(900),
+                Duration::from_millis(500),
+            );
             let svc = ServiceBuilder::new()
                 .layer(
                     LockLayer::generic(client.clone(), |key: &&'static str| Some(*key))

@@ -1,5 +1,5 @@
 //! Helpers of the lock-tower suites: in-process invariant probes, loopback
-//! axum servers, an HTTP client, and Redis command counts.
+//! axum and tonic servers, an HTTP client, and the layer's error type.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -11,7 +11,9 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper_util::client::legacy::{connect::HttpConnector, Client};
 use hyper_util::rt::TokioExecutor;
-use lock_tests::RedisServer;
+use lock_tower::{BoxError, LockError};
+
+use super::client_for;
 use tokio::sync::oneshot;
 
 /// What a critical section records, to check exclusion: an "inside"
@@ -145,36 +147,6 @@ pub async fn send(client: &HttpClient, method: &str, url: String) -> Reply {
     }
 }
 
-/// Calls of lock scripts (EVALSHA, and EVAL should a script be re-sent)
-/// the server has run so far.
-pub fn script_calls(server: &RedisServer) -> u64 {
-    let stats = server.info_commandstats().expect("INFO commandstats");
-    stats.get("evalsha").copied().unwrap_or(0) + stats.get("eval").copied().unwrap_or(0)
-}
-
-/// Every command the server has run so far except the harness's own
-/// (`INFO`) and keep-alive `PING`s.
-pub fn commands_but_info(server: &RedisServer) -> HashMap<String, u64> {
-    let mut stats = server.info_commandstats().expect("INFO commandstats");
-    stats.remove("info");
-    stats.remove("ping");
-    stats
-}
-
-/// A lock client with short time-outs for the suites.
-pub fn client(server: &RedisServer) -> lock_core::LockClient {
-    lock_core::LockClient::builder(server.url())
-        .watchdog_timeout(Duration::from_secs(5))
-        .command_timeout(Duration::from_secs(2))
-        .connect_timeout(Duration::from_secs(2))
-        .build()
-        .expect("lock client")
-}
-
-pub fn redis() -> RedisServer {
-    RedisServer::start().expect("start redis-server")
-}
-
 /// A tonic server of the accounts service behind `layer`, on a loopback
 /// port; it stops when the returned sender is dropped.
 pub async fn start_grpc<S: lock_examples::proto::accounts_server::Accounts>(
@@ -196,4 +168,17 @@ pub async fn start_grpc<S: lock_examples::proto::accounts_server::Accounts>(
         });
     tokio::spawn(server);
     (addr, stop)
+}
+
+/// The lock-tower suites' lock client: [`client_for`] with a 5 s watchdog
+/// timeout.
+pub fn client(server: &lock_tests::RedisServer) -> lock_core::LockClient {
+    client_for(server, 5_000)
+}
+
+/// The [`LockError`] inside a service error; a test failure if it is
+/// something else.
+pub fn lock_error(err: &BoxError) -> &LockError {
+    err.downcast_ref::<LockError>()
+        .unwrap_or_else(|| panic!("expected a LockError, got {err}"))
 }

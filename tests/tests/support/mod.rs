@@ -7,12 +7,13 @@
 
 pub mod layer;
 
+use std::collections::HashMap;
 use std::future::Future;
 use std::process::{Child, Command, Stdio};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use lock_core::LockClient;
-use lock_tests::RedisServer;
+use lock_tests::{RedisCluster, RedisServer, SentinelSet};
 
 /// A private redis-server and a lock client on it.
 pub struct Env {
@@ -41,6 +42,93 @@ pub fn env(watchdog_ms: u64) -> Env {
     let server = server();
     let client = client_for(&server, watchdog_ms);
     Env { server, client }
+}
+
+/// A client whose keys start with `app:`, so that a lock's Redis key (and
+/// its token key) differ from its name; `timeouts` is its command and
+/// connect time-out (a short one notices a stopped Redis quickly).
+pub fn prefixed_client(server: &RedisServer, watchdog: Duration, timeouts: Duration) -> LockClient {
+    LockClient::builder(server.url())
+        .key_prefix("app:")
+        .watchdog_timeout(watchdog)
+        .command_timeout(timeouts)
+        .connect_timeout(timeouts)
+        .build()
+        .expect("lock client")
+}
+
+/// Runs one acquire on a client built by `builder`; returns the error and
+/// how long it took (at most 10 s).
+pub async fn failing_acquire(builder: lock_core::ClientBuilder) -> (lock_core::Error, Duration) {
+    let client = builder.build().expect("client");
+    let lock = client.lock("fails").expect("name");
+    let started = Instant::now();
+    let err = within(Duration::from_secs(10), "acquire", lock.acquire())
+        .await
+        .expect_err("must fail");
+    (err, started.elapsed())
+}
+
+/// The harness's Redis Cluster: `primaries` primaries with `replicas`
+/// replicas each.
+pub fn cluster(primaries: usize, replicas: usize) -> RedisCluster {
+    RedisCluster::start(primaries, replicas).unwrap_or_else(|e| panic!("cluster: {e}"))
+}
+
+/// The harness's Sentinel set: a primary, a replica and three sentinels
+/// that watch them as `locks`.
+pub fn sentinel_set() -> SentinelSet {
+    SentinelSet::start("locks").unwrap_or_else(|e| panic!("sentinel set: {e}"))
+}
+
+/// The hash `key` (a lock's owners and counts) read straight from `node`,
+/// a primary or a replica.
+pub fn hash_on(node: &RedisServer, key: &str) -> HashMap<String, String> {
+    let reply = node
+        .command(&["HGETALL", key])
+        .unwrap_or_else(|e| panic!("HGETALL: {e}"));
+    reply
+        .as_array()
+        .unwrap_or_default()
+        .chunks(2)
+        .filter_map(|kv| Some((kv.first()?.as_string()?, kv.get(1)?.as_string()?)))
+        .collect()
+}
+
+/// Calls of lock scripts (EVALSHA, and EVAL should a script be re-sent)
+/// the server has run so far.
+pub fn script_calls(server: &RedisServer) -> u64 {
+    let stats = server.info_commandstats().expect("INFO commandstats");
+    stats.get("evalsha").copied().unwrap_or(0) + stats.get("eval").copied().unwrap_or(0)
+}
+
+/// Every command the server has run so far except the harness's own
+/// (`INFO`) and keep-alive `PING`s.
+pub fn commands_but_info(server: &RedisServer) -> HashMap<String, u64> {
+    let mut stats = server.info_commandstats().expect("INFO commandstats");
+    stats.remove("info");
+    stats.remove("ping");
+    stats
+}
+
+/// The SHA1 by which EVALSHA names lock-core's acquire script (to match
+/// it in the fault proxy).
+pub fn acquire_sha() -> String {
+    script_sha(include_str!("../../../lock-core/src/protocol/acquire.lua"))
+}
+
+/// The SHA1 of lock-core's release script.
+pub fn release_sha() -> String {
+    script_sha(include_str!("../../../lock-core/src/protocol/release.lua"))
+}
+
+/// The SHA1 of lock-core's renewal script.
+pub fn renew_sha() -> String {
+    script_sha(include_str!("../../../lock-core/src/protocol/renew.lua"))
+}
+
+fn script_sha(source: &str) -> String {
+    redis::Script::new(source).get_hash().to_string()
 }
 
 /// A raw redis-rs connection for the tests' own reads and writes.
@@ -90,6 +178,12 @@ pub async fn within<T>(limit: Duration, what: &str, fut: impl Future<Output = T>
         Ok(v) => v,
         Err(_) => panic!("{what}: not done within {limit:?}"),
     }
+}
+
+/// A child process's setting: the environment variable `name`; a test
+/// failure when it is not set.
+pub fn env_var(name: &str) -> String {
+    std::env::var(name).unwrap_or_else(|_| panic!("child needs {name}"))
 }
 
 /// Re-runs this test binary as a child process that runs only the ignored
