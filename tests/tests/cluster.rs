@@ -189,6 +189,7 @@ async fn mutual_exclusion_across_slots_and_processes() {
     let mut children = Vec::new();
     for _ in 0..processes {
         children.push(spawn_child(
+            module_path!(),
             &[
                 (ROLE, "increment".to_owned()),
                 (URL, c.url()),

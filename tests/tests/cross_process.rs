@@ -1,7 +1,8 @@
 //! Several real processes contend for one lock.
 //!
 //! The child processes are this test binary itself, started with
-//! `--ignored --exact child_process` and a role in the environment.
+//! `--ignored --exact <this module>::child_process` (`support::spawn_child`)
+//! and a role in the environment.
 
 mod support;
 
@@ -21,7 +22,7 @@ const ROUNDS: &str = "LOCK_TEST_ROUNDS";
 const WATCHDOG_MS: &str = "LOCK_TEST_WATCHDOG_MS";
 
 fn spawn_child(envs: &[(&str, String)]) -> Child {
-    support::spawn_child(envs, Stdio::null())
+    support::spawn_child(module_path!(), envs, Stdio::null())
 }
 
 /// Entry point of the child processes; does nothing unless started by a

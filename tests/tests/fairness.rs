@@ -4,7 +4,8 @@
 //! processes themselves and by counters in Redis.
 //!
 //! The child processes are this test binary itself, started with
-//! `--ignored --exact child_process` and a role in the environment.
+//! `--ignored --exact <this module>::child_process` (`support::spawn_child`)
+//! and a role in the environment.
 
 mod support;
 
@@ -89,6 +90,7 @@ async fn four_processes_looping_without_pause_all_get_the_lock() {
     let children: Vec<_> = (0..processes)
         .map(|_| {
             support::spawn_child(
+                module_path!(),
                 &[
                     (ROLE, "loop".to_string()),
                     (URL, server.url()),

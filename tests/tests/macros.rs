@@ -5,7 +5,8 @@
 //! No test here installs a default client (see `macros_default_client.rs`),
 //! so calls without `client = ...` fail with `Error::NoDefaultClient`.
 //! The child processes are this test binary itself, started with
-//! `--ignored --exact child_process` and a role in the environment.
+//! `--ignored --exact <this module>::child_process` (`support::spawn_child`)
+//! and a role in the environment.
 
 mod support;
 
@@ -500,7 +501,7 @@ fn child_process() {
 }
 
 fn spawn_child(envs: &[(&str, String)]) -> Child {
-    support::spawn_child(envs, Stdio::piped())
+    support::spawn_child(module_path!(), envs, Stdio::piped())
 }
 
 /// Waits (bounded) for the child's exit; kills it when it overstays.

@@ -183,6 +183,7 @@ fn a_guard_dropped_at_the_end_of_main_is_released() {
     for run in 0..10 {
         let name = format!("sd:end-of-main:{run}");
         let child = support::spawn_child(
+            module_path!(),
             &[
                 (ROLE, "drop-at-end".into()),
                 (URL, server.url()),
@@ -212,6 +213,7 @@ fn the_end_of_main_check_sees_a_lock_left_behind() {
     let mut raw = rt.block_on(support::raw(&server));
     let name = "sd:end-of-main:planted";
     let child = support::spawn_child(
+        module_path!(),
         &[
             (ROLE, "exit-at-once".into()),
             (URL, server.url()),

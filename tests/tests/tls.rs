@@ -306,7 +306,7 @@ fn the_platform_roots_honour_ssl_cert_file() {
         if let Some(path) = ssl_cert_file {
             envs.push(("SSL_CERT_FILE", path.display().to_string()));
         }
-        let child = support::spawn_child(&envs, Stdio::null());
+        let child = support::spawn_child(module_path!(), &envs, Stdio::null());
         let out = child.wait_with_output().expect("child");
         String::from_utf8_lossy(&out.stdout).into_owned()
     };

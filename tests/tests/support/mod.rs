@@ -187,16 +187,19 @@ pub fn env_var(name: &str) -> String {
 }
 
 /// Re-runs this test binary as a child process that runs only the ignored
-/// test `child_process` (the suite's child entry point), with `envs` set,
-/// stdout piped and `stdin` as given.
-pub fn spawn_child(envs: &[(&str, String)], stdin: Stdio) -> Child {
+/// test `child_process` of the suite whose `module_path!()` is `module`
+/// (the suite's child entry point), with `envs` set, stdout piped and
+/// `stdin` as given.
+pub fn spawn_child(module: &str, envs: &[(&str, String)], stdin: Stdio) -> Child {
     let exe = std::env::current_exe().unwrap_or_else(|e| panic!("current_exe: {e}"));
+    let test = child_test(module);
+    assert_listed(&exe, &test);
     let mut command = Command::new(exe);
     command
         .args([
             "--ignored",
             "--exact",
-            "child_process",
+            &test,
             "--nocapture",
             "--test-threads=1",
         ])
@@ -209,6 +212,34 @@ pub fn spawn_child(envs: &[(&str, String)], stdin: Stdio) -> Child {
     command
         .spawn()
         .unwrap_or_else(|e| panic!("spawn child: {e}"))
+}
+
+/// The test harness's name of the test `child_process` in the module whose
+/// `module_path!()` is `module`: the path without the crate (the test
+/// binary's) name, as `--exact` wants it.
+fn child_test(module: &str) -> String {
+    match module.split_once("::") {
+        Some((_, path)) => format!("{path}::child_process"),
+        None => "child_process".to_string(),
+    }
+}
+
+/// Panics unless this test binary has the ignored test `test`: a child
+/// whose filter selects nothing would run no test and exit successfully.
+fn assert_listed(exe: &std::path::Path, test: &str) {
+    static LIST: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let list = LIST.get_or_init(|| {
+        let out = Command::new(exe)
+            .args(["--list", "--ignored"])
+            .output()
+            .unwrap_or_else(|e| panic!("{} --list: {e}", exe.display()));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    });
+    let wanted = format!("{test}: test");
+    assert!(
+        list.lines().any(|line| line == wanted),
+        "no ignored test `{test}` in this binary; its ignored tests:\n{list}"
+    );
 }
 
 /// An independent observer of "never two inside": a counter in Redis, read
