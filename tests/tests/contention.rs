@@ -1,0 +1,13 @@
+//! Fairness and load: processes and tasks taking turns on one lock, and
+//! 500 waiters on one key, judged by figures (shares, waits, deadlines)
+//! that CPU contention skews. A binary of their own, so that these tests
+//! share the machine only with each other (as they did when each file was
+//! a binary), not with the heavy suites of the other binaries.
+
+mod support;
+
+/// The suites, one module per file in `contention/`.
+mod contention {
+    mod fairness;
+    mod load_fairness;
+}
