@@ -3,13 +3,13 @@
 # it is missing (as root, or through sudo). Sourced by demo.sh and test.sh.
 set -euo pipefail
 
-# The TLS suite (tests/tests/tls.rs) starts redis-server with --tls-port:
+# The TLS suite (tests/tests/ops/tls.rs) starts redis-server with --tls-port:
 # that needs a build with TLS (Debian's links OpenSSL). Only a warning: a
 # statically linked build with TLS would not show libssl here.
 warn_without_tls() {
   local bin="${REDIS_SERVER_BIN:-$(command -v redis-server || true)}"
   if [ -n "$bin" ] && command -v ldd >/dev/null 2>&1 && ! ldd "$bin" 2>/dev/null | grep -q libssl; then
-    echo "warning: $bin does not link OpenSSL, so it may lack TLS support: the TLS suite (tests/tests/tls.rs) would fail" >&2
+    echo "warning: $bin does not link OpenSSL, so it may lack TLS support: the TLS suite (tests/tests/ops/tls.rs) would fail" >&2
   fi
   return 0
 }

@@ -2,11 +2,11 @@
 //! client. A test binary of its own, since a default client is installed once
 //! per process (and belongs to the runtime it was built on).
 
-mod common;
+mod support;
 
 use std::time::Duration;
 
-use common::within;
+use crate::support::within;
 use lock_core::distributed_lock;
 
 #[derive(Debug)]
@@ -39,7 +39,7 @@ async fn export(day: u32) -> Result<u32, JobError> { Ok(day) }
 
 #[tokio::test]
 async fn calls_without_a_client_use_the_installed_default() {
-    let env = common::env(5_000);
+    let env = support::env(5_000);
     assert!(lock_core::default_client()
         .err()
         .is_some_and(|e| e.is_no_default_client()));

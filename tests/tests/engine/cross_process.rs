@@ -1,0 +1,193 @@
+//! Several real processes contend for one lock.
+//!
+//! The child processes are this test binary itself, started with
+//! `--ignored --exact <this module>::child_process` (`support::spawn_child`)
+//! and a role in the environment.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Stdio};
+use std::time::Duration;
+
+use crate::support::{self, cmd, env_var, raw};
+use lock_core::LockClient;
+use tokio::time::Instant;
+
+const ROLE: &str = "LOCK_TEST_CHILD_ROLE";
+const URL: &str = "LOCK_TEST_URL";
+const NAME: &str = "LOCK_TEST_NAME";
+const TASKS: &str = "LOCK_TEST_TASKS";
+const ROUNDS: &str = "LOCK_TEST_ROUNDS";
+const WATCHDOG_MS: &str = "LOCK_TEST_WATCHDOG_MS";
+
+fn spawn_child(envs: &[(&str, String)]) -> Child {
+    support::spawn_child(module_path!(), envs, Stdio::null())
+}
+
+/// Entry point of the child processes; does nothing unless started by a
+/// test below with a role.
+#[test]
+#[ignore = "entry point of child processes started by the cross-process tests"]
+fn child_process() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("runtime: {e}"));
+    runtime.block_on(async {
+        match role.as_str() {
+            "increment" => child_increment().await,
+            "hold" => child_hold().await,
+            other => panic!("unknown role {other}"),
+        }
+    });
+}
+
+/// Each task: acquire, check the "inside" marker, read-then-write the
+/// counter, release; for a bounded number of rounds.
+async fn child_increment() {
+    let client = LockClient::builder(env_var(URL))
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let tasks: usize = env_var(TASKS).parse().unwrap_or(1);
+    let rounds: usize = env_var(ROUNDS).parse().unwrap_or(1);
+    let name = env_var(NAME);
+    let mut handles = Vec::new();
+    for _ in 0..tasks {
+        let client = client.clone();
+        let name = name.clone();
+        handles.push(tokio::spawn(async move {
+            let lock = client.lock(&name).unwrap_or_else(|e| panic!("{e}"));
+            let redis =
+                redis::Client::open(client.config().url.as_str()).unwrap_or_else(|e| panic!("{e}"));
+            let mut conn = redis
+                .get_multiplexed_async_connection()
+                .await
+                .unwrap_or_else(|e| panic!("{e}"));
+            for _ in 0..rounds {
+                let guard = lock.acquire().await.unwrap_or_else(|e| panic!("{e}"));
+                let entered: Option<String> =
+                    cmd(&mut conn, &["SET", "xp:inside", "1", "NX"]).await;
+                if entered.is_none() {
+                    let _: i64 = cmd(&mut conn, &["INCR", "xp:violations"]).await;
+                }
+                let value: Option<i64> = cmd(&mut conn, &["GET", "xp:counter"]).await;
+                tokio::task::yield_now().await;
+                let next = (value.unwrap_or(0) + 1).to_string();
+                let _: () = cmd(&mut conn, &["SET", "xp:counter", &next]).await;
+                let _: i64 = cmd(&mut conn, &["DEL", "xp:inside"]).await;
+                guard.release().await.unwrap_or_else(|e| panic!("{e}"));
+            }
+        }));
+    }
+    for h in handles {
+        h.await.unwrap_or_else(|e| panic!("task: {e}"));
+    }
+}
+
+/// Acquire, say so on stdout, then hold (renewed by the watchdog) until killed.
+async fn child_hold() {
+    let watchdog: u64 = env_var(WATCHDOG_MS).parse().unwrap_or(1000);
+    let client = LockClient::builder(env_var(URL))
+        .watchdog_timeout(Duration::from_millis(watchdog))
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let guard = client
+        .lock(env_var(NAME))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!("HELD {}", guard.fencing_token());
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    drop(guard);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_processes_of_eight_tasks_never_overlap_and_lose_no_update() {
+    let server = support::server();
+    let (children, tasks, rounds) = (3usize, 8usize, 12usize);
+    let envs = vec![
+        (ROLE, "increment".to_string()),
+        (URL, server.url()),
+        (NAME, "xp:lock".to_string()),
+        (TASKS, tasks.to_string()),
+        (ROUNDS, rounds.to_string()),
+    ];
+    let mut procs: Vec<Child> = (0..children).map(|_| spawn_child(&envs)).collect();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    for child in &mut procs {
+        loop {
+            match child.try_wait() {
+                Ok(Some(status)) => {
+                    assert!(status.success(), "child failed: {status}");
+                    break;
+                }
+                Ok(None) if Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                }
+                other => {
+                    let _ = child.kill();
+                    panic!("child did not finish in time: {other:?}");
+                }
+            }
+        }
+    }
+    let mut conn = raw(&server).await;
+    let counter: i64 = cmd(&mut conn, &["GET", "xp:counter"]).await;
+    let violations: Option<i64> = cmd(&mut conn, &["GET", "xp:violations"]).await;
+    assert_eq!(violations, None, "two holders were inside at once");
+    assert_eq!(counter, (children * tasks * rounds) as i64, "lost updates");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_holder_process_is_taken_over_after_the_watchdog_timeout() {
+    let server = support::server();
+    let watchdog_ms = 1000u64;
+    let mut child = spawn_child(&[
+        (ROLE, "hold".to_string()),
+        (URL, server.url()),
+        (NAME, "xp:crash".to_string()),
+        (WATCHDOG_MS, watchdog_ms.to_string()),
+    ]);
+    let stdout = child
+        .stdout
+        .take()
+        .unwrap_or_else(|| panic!("piped stdout"));
+    let line = tokio::task::spawn_blocking(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .find(|l| l.contains("HELD "))
+    });
+    let held = tokio::time::timeout(Duration::from_secs(30), line)
+        .await
+        .unwrap_or_else(|_| panic!("child never said HELD"))
+        .unwrap_or_else(|e| panic!("reader: {e}"));
+    assert!(held.is_some(), "child exited without holding");
+
+    let client = support::client_for(&server, 30_000);
+    let lock = client.lock("xp:crash").unwrap_or_else(|e| panic!("{e}"));
+    // Held and renewed: still locked after more than one watchdog timeout.
+    tokio::time::sleep(Duration::from_millis(watchdog_ms + 300)).await;
+    assert!(
+        lock.try_acquire().await.expect("try").is_none(),
+        "the child's lock expired while it lived"
+    );
+
+    child.kill().unwrap_or_else(|e| panic!("kill: {e}"));
+    let _ = child.wait();
+    let killed_at = Instant::now();
+    let guard = lock
+        .acquire_timeout(Duration::from_millis(watchdog_ms + 1500))
+        .await
+        .unwrap_or_else(|e| panic!("not taken over: {e}"));
+    let took = killed_at.elapsed();
+    assert!(
+        took <= Duration::from_millis(watchdog_ms + 1500),
+        "{took:?}"
+    );
+    guard.release().await.expect("release");
+}

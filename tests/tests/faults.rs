@@ -1,0 +1,19 @@
+//! What faults do to a lock, through the harness's fault proxy and with
+//! stopped, paused or stalled redis-servers: connections cut at every byte
+//! offset, late and lost replies, releases applied once, a guard's
+//! validity, wait bounds, traffic lanes, fast and clear failures, and the
+//! fault proxy itself under a real client.
+
+mod support;
+
+/// The suites, one module per file in `faults/`.
+mod faults {
+    mod cut_faults;
+    mod failures;
+    mod fault_proxy;
+    mod lanes;
+    mod no_wedge;
+    mod release_once;
+    mod validity;
+    mod wait_bounds;
+}

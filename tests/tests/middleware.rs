@@ -1,0 +1,16 @@
+//! lock-tower: the layer at the tower level and behind real axum and tonic
+//! servers on loopback, and the request's lock as the inner service,
+//! handler or method sees it. The layer's log events are checked in the
+//! `logs` binary.
+
+mod support;
+
+/// The suites, one module per file in `middleware/`.
+mod middleware {
+    mod lock_tower;
+    mod lock_tower_grpc;
+    mod lock_tower_http;
+    mod tower_extension;
+    mod tower_extension_grpc;
+    mod tower_extension_http;
+}

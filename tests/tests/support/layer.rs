@@ -1,0 +1,184 @@
+//! Helpers of the lock-tower suites: in-process invariant probes, loopback
+//! axum and tonic servers, an HTTP client, and the layer's error type.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::{connect::HttpConnector, Client};
+use hyper_util::rt::TokioExecutor;
+use lock_tower::{BoxError, LockError};
+
+use super::client_for;
+use tokio::sync::oneshot;
+
+/// What a critical section records, to check exclusion: an "inside"
+/// marker per key (seeing it set on entry is an overlap), a counter per
+/// key updated with a read, a pause and a write (lost updates show), and
+/// the number of sections running at once (any key).
+#[derive(Default)]
+pub struct Probe {
+    inside: std::sync::Mutex<HashMap<String, Arc<AtomicBool>>>,
+    counters: std::sync::Mutex<HashMap<String, Arc<AtomicU64>>>,
+    pub overlaps: AtomicU64,
+    pub entered: AtomicU64,
+    running: AtomicU64,
+    pub max_running: AtomicU64,
+}
+
+impl Probe {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Probe::default())
+    }
+
+    fn marker(&self, key: &str) -> Arc<AtomicBool> {
+        let mut map = self.inside.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(key.to_string()).or_default().clone()
+    }
+
+    fn counter_cell(&self, key: &str) -> Arc<AtomicU64> {
+        let mut map = self.counters.lock().unwrap_or_else(|e| e.into_inner());
+        map.entry(key.to_string()).or_default().clone()
+    }
+
+    /// The counter of `key`.
+    pub fn counter(&self, key: &str) -> u64 {
+        self.counter_cell(key).load(Ordering::SeqCst)
+    }
+
+    /// One critical section for `key` lasting about `work`.
+    pub async fn section(&self, key: &str, work: Duration) {
+        self.entered.fetch_add(1, Ordering::SeqCst);
+        let marker = self.marker(key);
+        if marker.swap(true, Ordering::SeqCst) {
+            self.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_running.fetch_max(now, Ordering::SeqCst);
+        let cell = self.counter_cell(key);
+        let seen = cell.load(Ordering::SeqCst);
+        tokio::time::sleep(work).await;
+        cell.store(seen + 1, Ordering::SeqCst);
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        marker.store(false, Ordering::SeqCst);
+    }
+
+    pub fn overlaps(&self) -> u64 {
+        self.overlaps.load(Ordering::SeqCst)
+    }
+
+    pub fn entered(&self) -> u64 {
+        self.entered.load(Ordering::SeqCst)
+    }
+
+    pub fn max_running(&self) -> u64 {
+        self.max_running.load(Ordering::SeqCst)
+    }
+}
+
+/// An axum server on a loopback port; stops when dropped.
+pub struct HttpServer {
+    pub addr: SocketAddr,
+    _stop: oneshot::Sender<()>,
+}
+
+impl HttpServer {
+    pub async fn start(app: axum::Router) -> HttpServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .expect("bind a loopback port");
+        let addr = listener.local_addr().expect("local addr");
+        let (stop, stopped) = oneshot::channel::<()>();
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async {
+                    let _ = stopped.await;
+                })
+                .await;
+        });
+        HttpServer { addr, _stop: stop }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+}
+
+pub type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+pub fn http_client() -> HttpClient {
+    Client::builder(TokioExecutor::new()).build_http()
+}
+
+/// A response, read whole.
+#[derive(Debug)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: http::HeaderMap,
+    pub body: String,
+}
+
+/// Sends `method url`, reads the whole answer; at most 30 s.
+pub async fn send(client: &HttpClient, method: &str, url: String) -> Reply {
+    let req = http::Request::builder()
+        .method(method)
+        .uri(&url)
+        .body(Full::new(Bytes::new()))
+        .expect("a valid request");
+    let res = tokio::time::timeout(Duration::from_secs(30), client.request(req))
+        .await
+        .unwrap_or_else(|_| panic!("{method} {url}: no answer within 30 s"))
+        .unwrap_or_else(|e| panic!("{method} {url}: {e}"));
+    let status = res.status().as_u16();
+    let headers = res.headers().clone();
+    let body = tokio::time::timeout(Duration::from_secs(30), res.into_body().collect())
+        .await
+        .unwrap_or_else(|_| panic!("{method} {url}: body not done within 30 s"))
+        .unwrap_or_else(|e| panic!("{method} {url}: body: {e}"))
+        .to_bytes();
+    Reply {
+        status,
+        headers,
+        body: String::from_utf8_lossy(&body).into_owned(),
+    }
+}
+
+/// A tonic server of the accounts service behind `layer`, on a loopback
+/// port; it stops when the returned sender is dropped.
+pub async fn start_grpc<S: lock_examples::proto::accounts_server::Accounts>(
+    layer: lock_tower::LockLayer<lock_tower::MetadataKey, lock_tower::Grpc>,
+    service: S,
+) -> (SocketAddr, oneshot::Sender<()>) {
+    let incoming =
+        tonic::transport::server::TcpIncoming::bind("127.0.0.1:0".parse().expect("addr"))
+            .expect("bind");
+    let addr = incoming.local_addr().expect("local addr");
+    let (stop, stopped) = oneshot::channel::<()>();
+    let server = tonic::transport::Server::builder()
+        .layer(layer)
+        .add_service(lock_examples::proto::accounts_server::AccountsServer::new(
+            service,
+        ))
+        .serve_with_incoming_shutdown(incoming, async {
+            let _ = stopped.await;
+        });
+    tokio::spawn(server);
+    (addr, stop)
+}
+
+/// The lock-tower suites' lock client: [`client_for`] with a 5 s watchdog
+/// timeout.
+pub fn client(server: &lock_tests::RedisServer) -> lock_core::LockClient {
+    client_for(server, 5_000)
+}
+
+/// The [`LockError`] inside a service error; a test failure if it is
+/// something else.
+pub fn lock_error(err: &BoxError) -> &LockError {
+    err.downcast_ref::<LockError>()
+        .unwrap_or_else(|| panic!("expected a LockError, got {err}"))
+}

@@ -1,0 +1,16 @@
+//! Deployments beyond one server: Redis Cluster (the harness's clusters,
+//! and lock-core on them), Redis Sentinel (the harness's sets, and
+//! lock-core following a failover), replica acknowledgement, and what a
+//! client pointed at one cluster node does.
+
+mod support;
+
+/// The suites, one module per file in `topology/`.
+mod topology {
+    mod cluster;
+    mod cluster_harness;
+    mod deployments;
+    mod replica_ack;
+    mod sentinel;
+    mod sentinel_harness;
+}
