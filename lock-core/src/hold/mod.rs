@@ -41,6 +41,7 @@ pub(crate) mod release;
 pub(crate) mod replicas;
 pub(crate) mod run_to_end;
 pub(crate) mod shared;
+pub(crate) mod shutdown;
 pub(crate) mod slot_owners;
 pub(crate) mod target;
 pub(crate) mod watchdog;
