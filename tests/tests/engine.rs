@@ -13,4 +13,5 @@ mod engine {
     mod layers;
     mod local_queue;
     mod lock_core;
+    mod memory_backend;
 }

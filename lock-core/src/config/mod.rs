@@ -12,7 +12,7 @@ pub(crate) mod url;
 pub use choices::{PubSubMode, ReplicaAck};
 pub use tls::{PemSource, TlsConfig};
 pub(crate) use tls::{FEATURE_MISSING, INSECURE_REFUSED};
-use url::{is_tls_url, redact, ClusterUrl, SentinelUrl};
+use url::{is_tls_url, redact, ClusterUrl, MemoryUrl, SentinelUrl, MEMORY_FEATURE_MISSING};
 
 /// Default watchdog timeout (the lease of a lock taken without an explicit
 /// lease), as Redisson's `lockWatchdogTimeout`.
@@ -192,6 +192,11 @@ impl ClientConfig {
         }
         let tls = if let Some(cluster) = cluster {
             cluster.tls
+        } else if MemoryUrl::parse(&self.url)?.is_some() {
+            if !cfg!(feature = "memory") {
+                return Err(Error::InvalidArgument(MEMORY_FEATURE_MISSING.into()));
+            }
+            false
         } else if let Some(sentinel) = SentinelUrl::parse(&self.url)? {
             sentinel.tls
         } else {

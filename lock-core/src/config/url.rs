@@ -18,7 +18,8 @@ pub(crate) const URL_FORMS: &str = "redis://[user[:password]@]host[:port][/db], 
      redis+sentinel://[user[:password]@]host[:port][,host[:port]...]/service[/db], \
      rediss+sentinel://... (TLS), \
      redis+cluster://[user[:password]@]host[:port][,host[:port]...], \
-     rediss+cluster://... (TLS)";
+     rediss+cluster://... (TLS), \
+     memory://name (an in-memory server of this process, feature `memory`)";
 
 /// The schemes of one server's URL that redis-rs parses.
 const DIRECT_SCHEMES: [&str; 7] = [
@@ -47,6 +48,43 @@ pub(crate) fn unparsed_url(url: &str, err: &RedisError) -> String {
         Some(_) => err.to_string(),
     };
     format!("it did not parse ({why}); the accepted forms are {URL_FORMS}")
+}
+
+/// The message for a `memory://` URL in a build without the `memory` feature.
+pub(crate) const MEMORY_FEATURE_MISSING: &str = "memory:// URLs need lock-core's `memory` feature \
+     (lock-core = { version = \"0.1\", features = [\"memory\"] }, usually in [dev-dependencies])";
+
+/// A `memory://<name>` URL: the in-memory server of this process registered
+/// under `name` (see `MemoryServer`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(crate) struct MemoryUrl {
+    pub(crate) name: String,
+}
+
+impl MemoryUrl {
+    /// `None` for a URL of another scheme; an error for a `memory://` URL
+    /// without a name, or with a path, query or credentials.
+    pub(crate) fn parse(url: &str) -> Result<Option<MemoryUrl>> {
+        let Some((scheme, name)) = url.trim().split_once("://") else {
+            return Ok(None);
+        };
+        if !scheme.eq_ignore_ascii_case("memory") {
+            return Ok(None);
+        }
+        if name.is_empty() {
+            return Err(Error::InvalidArgument(
+                "invalid memory url: no server name (memory://<name>)".into(),
+            ));
+        }
+        if let Some(c) = name.chars().find(|c| matches!(c, '/' | '?' | '#' | '@' | ':')) {
+            return Err(Error::InvalidArgument(format!(
+                "invalid memory url: `{c}` in the server name (memory://<name>: no port, path, query or credentials)"
+            )));
+        }
+        Ok(Some(MemoryUrl {
+            name: name.to_owned(),
+        }))
+    }
 }
 
 /// The port of a cluster node given without one.
@@ -423,5 +461,28 @@ mod tests {
         assert_eq!(decode("a%2Fb%3a"), "a/b:");
         assert_eq!(decode("100%"), "100%");
         assert_eq!(decode("%zz"), "%zz");
+    }
+
+    #[test]
+    fn memory_urls_name_a_server() {
+        assert_eq!(
+            MemoryUrl::parse("memory://orders-test").ok().flatten(),
+            Some(MemoryUrl {
+                name: "orders-test".into()
+            })
+        );
+        assert!(matches!(MemoryUrl::parse("MEMORY://x"), Ok(Some(_))));
+        for other in ["redis://h", "redis+cluster://h:1", "nonsense"] {
+            assert!(matches!(MemoryUrl::parse(other), Ok(None)), "{other}");
+        }
+        for (bad, why) in [
+            ("memory://", "no server name"),
+            ("memory://a/b", "`/`"),
+            ("memory://h:6379", "`:`"),
+            ("memory://u@h", "`@`"),
+        ] {
+            let err = MemoryUrl::parse(bad).expect_err(bad);
+            assert!(err.is_invalid_input() && err.to_string().contains(why), "{bad}: {err}");
+        }
     }
 }

@@ -88,6 +88,9 @@ pub(crate) struct Conn {
 pub(crate) enum Link {
     Node(MultiplexedConnection),
     Cluster(ClusterConnection),
+    /// An in-memory server of this process (feature `memory`).
+    #[cfg(feature = "memory")]
+    Memory(crate::transport::memory_link::MemoryLink),
 }
 
 impl std::fmt::Debug for Link {
@@ -95,6 +98,8 @@ impl std::fmt::Debug for Link {
         f.write_str(match self {
             Link::Node(_) => "Link::Node",
             Link::Cluster(_) => "Link::Cluster",
+            #[cfg(feature = "memory")]
+            Link::Memory(_) => "Link::Memory",
         })
     }
 }
@@ -104,6 +109,8 @@ impl ConnectionLike for Link {
         match self {
             Link::Node(c) => c.req_packed_command(cmd),
             Link::Cluster(c) => c.req_packed_command(cmd),
+            #[cfg(feature = "memory")]
+            Link::Memory(c) => c.req_packed_command(cmd),
         }
     }
 
@@ -116,6 +123,8 @@ impl ConnectionLike for Link {
         match self {
             Link::Node(c) => c.req_packed_commands(pipeline, offset, count),
             Link::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+            #[cfg(feature = "memory")]
+            Link::Memory(c) => c.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -123,6 +132,8 @@ impl ConnectionLike for Link {
         match self {
             Link::Node(c) => c.get_db(),
             Link::Cluster(c) => c.get_db(),
+            #[cfg(feature = "memory")]
+            Link::Memory(c) => c.get_db(),
         }
     }
 }
@@ -138,6 +149,8 @@ impl Conn {
         let result = match &mut self.inner {
             Link::Node(c) => c.send_packed_command(cmd).await,
             Link::Cluster(c) => c.req_packed_command(cmd).await,
+            #[cfg(feature = "memory")]
+            Link::Memory(c) => c.req_packed_command(cmd).await,
         }
         .and_then(Value::extract_error);
         self.note(&result);
@@ -151,6 +164,8 @@ impl Conn {
         let result = match &mut self.inner {
             Link::Node(c) => pipe.query_async::<Vec<Value>>(c).await,
             Link::Cluster(c) => pipe.query_async::<Vec<Value>>(c).await,
+            #[cfg(feature = "memory")]
+            Link::Memory(c) => pipe.query_async::<Vec<Value>>(c).await,
         };
         self.note(&result);
         result
@@ -184,6 +199,9 @@ impl Conn {
                     ))),
                 }
             }
+            // WAIT on an in-memory server answers at once (it has no replicas).
+            #[cfg(feature = "memory")]
+            Link::Memory(c) => c.req_packed_command(cmd).await,
         }
         .and_then(Value::extract_error);
         self.note(&result);
@@ -194,7 +212,7 @@ impl Conn {
     pub(crate) fn cluster(&mut self) -> Option<&mut ClusterConnection> {
         match &mut self.inner {
             Link::Cluster(c) => Some(c),
-            Link::Node(_) => None,
+            _ => None,
         }
     }
 
@@ -495,6 +513,10 @@ impl bb8::ManageConnection for Manager {
         let generation = self.endpoint.generation();
         let inner = match &*self.endpoint {
             Endpoint::Cluster(cluster) => Link::Cluster(cluster.connect(self.blocking).await?),
+            #[cfg(feature = "memory")]
+            Endpoint::Memory(server) => Link::Memory(
+                crate::transport::memory_link::MemoryLink::new(server.clone()),
+            ),
             _ => {
                 let client = self.endpoint.client().await?;
                 let mut inner = client

@@ -21,7 +21,7 @@ use redis::{ConnectionAddr, ErrorKind, RedisError, RedisResult, ServerErrorKind,
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::url::{ClusterUrl, SentinelUrl};
+use crate::config::url::{ClusterUrl, MemoryUrl, SentinelUrl};
 use crate::config::{ClientConfig, TlsConfig};
 use crate::error::{Error, Result};
 
@@ -34,6 +34,9 @@ pub(crate) enum Endpoint {
     Sentinel(SentinelPrimary),
     /// A Redis Cluster, found from seed nodes.
     Cluster(Box<ClusterNodes>),
+    /// An in-memory server of this process (feature `memory`).
+    #[cfg(feature = "memory")]
+    Memory(std::sync::Arc<crate::memory::Server>),
 }
 
 impl Endpoint {
@@ -41,6 +44,16 @@ impl Endpoint {
     pub(crate) fn new(config: &ClientConfig) -> Result<Endpoint> {
         if let Some(url) = ClusterUrl::parse(&config.url)? {
             return Ok(Endpoint::Cluster(Box::new(ClusterNodes::new(url, config)?)));
+        }
+        if let Some(url) = MemoryUrl::parse(&config.url)? {
+            #[cfg(feature = "memory")]
+            return Ok(Endpoint::Memory(crate::memory::registry::named(&url.name)));
+            #[cfg(not(feature = "memory"))]
+            return Err(Error::InvalidArgument(format!(
+                "{} (memory://{})",
+                crate::config::url::MEMORY_FEATURE_MISSING,
+                url.name
+            )));
         }
         match SentinelUrl::parse(&config.url)? {
             Some(url) => Ok(Endpoint::Sentinel(SentinelPrimary::new(url, config)?)),
@@ -61,6 +74,11 @@ impl Endpoint {
                 ErrorKind::InvalidClientConfig,
                 "a cluster has no single node to connect to",
             ))),
+            #[cfg(feature = "memory")]
+            Endpoint::Memory(_) => Err(RedisError::from((
+                ErrorKind::InvalidClientConfig,
+                "an in-memory server has no address to connect to",
+            ))),
         }
     }
 
@@ -77,6 +95,8 @@ impl Endpoint {
     ) -> RedisResult<()> {
         match self {
             Endpoint::Direct(_) | Endpoint::Cluster(_) => Ok(()),
+            #[cfg(feature = "memory")]
+            Endpoint::Memory(_) => Ok(()),
             Endpoint::Sentinel(sentinel) => sentinel.check_primary(conn).await,
         }
     }
@@ -86,6 +106,8 @@ impl Endpoint {
     pub(crate) fn switches(&self) -> Option<watch::Receiver<u64>> {
         match self {
             Endpoint::Direct(_) | Endpoint::Cluster(_) => None,
+            #[cfg(feature = "memory")]
+            Endpoint::Memory(_) => None,
             Endpoint::Sentinel(sentinel) => Some(sentinel.switches.subscribe()),
         }
     }
@@ -96,6 +118,8 @@ impl Endpoint {
     pub(crate) fn generation(&self) -> u64 {
         match self {
             Endpoint::Direct(_) | Endpoint::Cluster(_) => 0,
+            #[cfg(feature = "memory")]
+            Endpoint::Memory(_) => 0,
             Endpoint::Sentinel(sentinel) => *sentinel.switches.borrow(),
         }
     }

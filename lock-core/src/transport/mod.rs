@@ -11,5 +11,7 @@
 
 pub(crate) mod connection;
 pub(crate) mod endpoint;
+#[cfg(feature = "memory")]
+pub(crate) mod memory_link;
 pub(crate) mod pubsub;
 pub(crate) mod tls;

@@ -22,6 +22,8 @@ use crate::transport::endpoint::Endpoint;
 use crate::transport::pubsub::sharding::Sharding;
 
 mod cluster;
+#[cfg(feature = "memory")]
+mod memory;
 pub(crate) mod sharding;
 
 /// The unlock message that wakes one waiter per client (a mutex was
@@ -356,6 +358,10 @@ async fn run(
     command_timeout: Duration,
     shutdown: CancellationToken,
 ) {
+    #[cfg(feature = "memory")]
+    if let Endpoint::Memory(server) = &*endpoint {
+        return memory::run(shared, commands, server.clone(), shutdown).await;
+    }
     if let Endpoint::Cluster(nodes) = &*endpoint {
         return cluster::run(
             shared,
