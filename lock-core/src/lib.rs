@@ -410,6 +410,8 @@ mod held;
 mod hold;
 mod inspect;
 mod lock;
+#[cfg(feature = "memory")]
+mod memory;
 mod metrics;
 mod options;
 mod protocol;

@@ -233,3 +233,41 @@ fn log_skipped(err: &Error, lock: Option<&Lock>) {
         tracing::warn!(lock = name, key, error = %err, "lock not acquired; call skipped");
     }
 }
+
+/// The in-memory Redis (feature `memory`), for lock-tests' conformance
+/// suite only: it runs each case on this server and on a real
+/// redis-server and compares. Not a public API; it may change or go in
+/// any release.
+#[cfg(feature = "memory")]
+#[derive(Debug, Default)]
+pub struct MemoryServerForTests(crate::memory::Server);
+
+#[cfg(feature = "memory")]
+impl MemoryServerForTests {
+    /// An empty server.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Runs one command (its arguments as Redis receives them); the reply
+    /// as redis-rs returns it from a Redis 7 over RESP2.
+    pub fn call(&self, args: &[Vec<u8>]) -> redis::RedisResult<redis::Value> {
+        self.0.call(args)
+    }
+
+    /// A subscriber of a classic channel; dropping it unsubscribes.
+    pub fn subscribe(&self, channel: &[u8]) -> tokio::sync::mpsc::UnboundedReceiver<Vec<u8>> {
+        self.0.subscribe(channel)
+    }
+
+    /// A subscriber of a sharded channel; dropping it unsubscribes.
+    pub fn ssubscribe(&self, channel: &[u8]) -> tokio::sync::mpsc::UnboundedReceiver<Vec<u8>> {
+        self.0.ssubscribe(channel)
+    }
+
+    /// A restart that lost every key (and the script cache, and the
+    /// subscriptions).
+    pub fn flush_all(&self) {
+        self.0.flush_all();
+    }
+}

@@ -4,7 +4,8 @@
 //! | layer | may import |
 //! |---|---|
 //! | leaves: `error.rs`, `metrics.rs`, `config/`, `options.rs` | `error` (and `config` for `options`) |
-//! | `transport/` | the leaves and itself |
+//! | `memory/` (the in-memory Redis, feature `memory`) | `error` and itself |
+//! | `transport/` | the leaves, `memory/` and itself |
 //! | `protocol/` | the transport, the leaves and itself |
 //! | `hold/` (the engine) | the protocol, the transport, the leaves and itself |
 //! | the public faces (`client.rs`, `lock.rs`, `guard.rs`, ...) | anything below |
@@ -131,9 +132,20 @@ fn the_leaves_import_only_what_is_below_them() {
     assert_layer("options", &["config", "error"]);
 }
 
+/// The in-memory Redis is a backend below the transport: the lock logic
+/// stays in the scripts, and nothing of the engine can leak into it.
 #[test]
-fn transport_imports_only_the_leaves_and_itself() {
-    let allowed: Vec<&str> = LEAVES.iter().copied().chain(["transport"]).collect();
+fn memory_imports_nothing_above_it() {
+    assert_layer("memory", &["memory", "error"]);
+}
+
+#[test]
+fn transport_imports_only_the_leaves_the_memory_backend_and_itself() {
+    let allowed: Vec<&str> = LEAVES
+        .iter()
+        .copied()
+        .chain(["memory", "transport"])
+        .collect();
     assert_layer("transport", &allowed);
 }
 

@@ -1,0 +1,1169 @@
+//! The commands the in-memory Redis runs: what lock-core sends and what its
+//! scripts call, with Redis 7's arities, options, replies and error texts.
+//! Any other command is refused with an error that names it
+//! ([`errors::unsupported`]): a clear failure, never a silent divergence.
+//!
+//! The scripting commands (`EVAL`, `EVALSHA`, `SCRIPT`) are in the table
+//! (arity, not allowed from a script) but run in `lua.rs`.
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use tokio::time::Instant;
+
+use super::keyspace::{glob_match, Clock, Data, Hash, Keyspace, ZSet};
+use super::pubsub::{Namespace, PubSub};
+use super::reply::{errors, format_g17, parse_f64, parse_i64, Reply};
+
+/// The data every command works on.
+#[derive(Debug)]
+pub(crate) struct Db {
+    pub(crate) keys: Keyspace,
+    pub(crate) pubsub: PubSub,
+    pub(crate) clock: Clock,
+    scans: ScanCursors,
+}
+
+impl Db {
+    pub(crate) fn new() -> Self {
+        Db {
+            keys: Keyspace::default(),
+            pubsub: PubSub::default(),
+            clock: Clock::new(),
+            scans: ScanCursors::default(),
+        }
+    }
+
+    /// Deletes every key (FLUSHALL); open SCAN cursors end with them.
+    pub(crate) fn flush_keys(&mut self) {
+        self.keys.clear();
+        self.scans = ScanCursors::default();
+    }
+}
+
+/// A command's entry in the table.
+#[derive(Debug)]
+pub(crate) struct Spec {
+    /// The name, lower case, as Redis writes it in error texts.
+    pub(crate) name: &'static str,
+    /// Redis' arity: `n` exactly n arguments (the name included), `-n` at
+    /// least n.
+    arity: i32,
+    /// Refused inside a script ("not allowed from script").
+    pub(crate) noscript: bool,
+    /// Runs in the Lua engine (`EVAL`, `EVALSHA`, `SCRIPT`), not here.
+    pub(crate) scripting: bool,
+    run: fn(&mut Db, Instant, &[Vec<u8>]) -> Reply,
+}
+
+impl Spec {
+    /// Whether `argc` arguments (the name included) fit the arity.
+    pub(crate) fn arity_fits(&self, argc: usize) -> bool {
+        let argc = i64::try_from(argc).unwrap_or(i64::MAX);
+        let arity = i64::from(self.arity);
+        if arity >= 0 {
+            argc == arity
+        } else {
+            argc >= -arity
+        }
+    }
+
+    /// Runs the command (arity checked by the caller).
+    pub(crate) fn run(&self, db: &mut Db, now: Instant, args: &[Vec<u8>]) -> Reply {
+        (self.run)(db, now, args)
+    }
+}
+
+const fn spec(
+    name: &'static str,
+    arity: i32,
+    run: fn(&mut Db, Instant, &[Vec<u8>]) -> Reply,
+) -> Spec {
+    Spec {
+        name,
+        arity,
+        noscript: false,
+        scripting: false,
+        run,
+    }
+}
+
+const fn noscript(mut s: Spec) -> Spec {
+    s.noscript = true;
+    s
+}
+
+const fn scripting(mut s: Spec) -> Spec {
+    s.noscript = true;
+    s.scripting = true;
+    s
+}
+
+/// Run in `lua.rs`, never through the table.
+fn in_lua(_: &mut Db, _: Instant, _: &[Vec<u8>]) -> Reply {
+    Reply::err("ERR scripting commands run in the Lua engine")
+}
+
+/// Every command the in-memory server runs.
+static COMMANDS: &[Spec] = &[
+    spec("ping", -1, ping),
+    spec("del", -2, del),
+    spec("exists", -2, exists),
+    spec("type", 2, type_),
+    spec("get", 2, get),
+    spec("set", -3, set),
+    spec("incr", 2, incr),
+    spec("decr", 2, decr),
+    spec("incrby", 3, incrby),
+    spec("decrby", 3, decrby),
+    spec("hset", -4, hset),
+    spec("hget", 3, hget),
+    spec("hgetall", 2, hgetall),
+    spec("hdel", -3, hdel),
+    spec("hexists", 3, hexists),
+    spec("hincrby", 4, hincrby),
+    spec("hlen", 2, hlen),
+    spec("pexpire", -3, pexpire),
+    spec("expire", -3, expire),
+    spec("pttl", 2, pttl),
+    spec("ttl", 2, ttl),
+    spec("zadd", -4, zadd),
+    spec("zrem", -3, zrem),
+    spec("zrange", -4, zrange),
+    spec("zscore", 3, zscore),
+    spec("zcard", 2, zcard),
+    spec("time", 1, time),
+    spec("publish", 3, publish),
+    spec("spublish", 3, spublish),
+    spec("pubsub", -2, pubsub),
+    spec("scan", -2, scan),
+    spec("dbsize", 1, dbsize),
+    spec("flushall", -1, flushall),
+    noscript(spec("config", -2, config)),
+    noscript(spec("role", 1, role)),
+    noscript(spec("wait", 3, wait)),
+    scripting(spec("eval", -3, in_lua)),
+    scripting(spec("evalsha", -3, in_lua)),
+    scripting(spec("script", -2, in_lua)),
+];
+
+/// The entry of the command `name` (any case), if the server runs it.
+pub(crate) fn lookup(name: &[u8]) -> Option<&'static Spec> {
+    COMMANDS
+        .iter()
+        .find(|s| s.name.as_bytes().eq_ignore_ascii_case(name))
+}
+
+/// The refusal of a command the server does not run.
+pub(crate) fn unsupported_command(name: &[u8]) -> Reply {
+    errors::unsupported(&format!("command '{}'", String::from_utf8_lossy(name)))
+}
+
+/// A command called by a script (`redis.call`, `redis.pcall`), with the
+/// checks and wording Redis 7 applies there.
+pub(crate) fn run_from_script(db: &mut Db, now: Instant, args: &[Vec<u8>]) -> Reply {
+    let Some(name) = args.first() else {
+        return Reply::err("ERR Please specify at least one argument for this redis lib call");
+    };
+    let Some(spec) = lookup(name) else {
+        return unsupported_command(name);
+    };
+    if !spec.arity_fits(args.len()) {
+        return Reply::err("ERR Wrong number of args calling Redis command from script");
+    }
+    if spec.noscript {
+        return Reply::err("ERR This Redis command is not allowed from script");
+    }
+    spec.run(db, now, args)
+}
+
+/// Whether `arg` is the option `name` (options are case-insensitive).
+fn is(arg: &[u8], name: &str) -> bool {
+    arg.eq_ignore_ascii_case(name.as_bytes())
+}
+
+fn text(arg: &[u8]) -> String {
+    String::from_utf8_lossy(arg).into_owned()
+}
+
+fn int_reply(n: usize) -> Reply {
+    Reply::Int(i64::try_from(n).unwrap_or(i64::MAX))
+}
+
+/// `now + ms`, or `None` when it does not fit the clock.
+fn after(now: Instant, ms: i64) -> Option<Instant> {
+    now.checked_add(Duration::from_millis(u64::try_from(ms).ok()?))
+}
+
+/// Milliseconds left until `deadline` (Redis' PTTL).
+fn ms_left(now: Instant, deadline: Instant) -> i64 {
+    i64::try_from(deadline.saturating_duration_since(now).as_millis()).unwrap_or(i64::MAX)
+}
+
+// ---- connection, keys ----
+
+fn ping(_: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    match args {
+        [_] => Reply::Status("PONG".into()),
+        [_, message] => Reply::Bulk(message.clone()),
+        _ => errors::arity("ping"),
+    }
+}
+
+fn del(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    int_reply(args[1..].iter().filter(|k| db.keys.remove(k)).count())
+}
+
+fn exists(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    int_reply(
+        args[1..]
+            .iter()
+            .filter(|k| db.keys.get(k).is_some())
+            .count(),
+    )
+}
+
+fn type_(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    let name = db.keys.get(&args[1]).map_or("none", Data::type_name);
+    Reply::Status(name.into())
+}
+
+fn dbsize(db: &mut Db, _: Instant, _: &[Vec<u8>]) -> Reply {
+    int_reply(db.keys.len())
+}
+
+fn flushall(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    match args {
+        [_] => {}
+        [_, mode] if is(mode, "sync") || is(mode, "async") => {}
+        _ => return errors::syntax(),
+    }
+    db.flush_keys();
+    Reply::ok()
+}
+
+// ---- strings ----
+
+fn get(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    match db.keys.get(&args[1]) {
+        None => Reply::Nil,
+        Some(Data::Str(v)) => Reply::Bulk(v.clone()),
+        Some(_) => errors::wrong_type(),
+    }
+}
+
+fn set(db: &mut Db, now: Instant, args: &[Vec<u8>]) -> Reply {
+    #[derive(PartialEq)]
+    enum Cond {
+        Always,
+        Nx,
+        Xx,
+    }
+    enum Ttl {
+        Clear,
+        Keep,
+        Ms(i64),
+    }
+    let (key, value) = (&args[1], &args[2]);
+    let mut cond = Cond::Always;
+    let mut ttl = Ttl::Clear;
+    let mut get_old = false;
+    let mut i = 3;
+    while i < args.len() {
+        let opt = &args[i];
+        let next = args.get(i + 1);
+        if is(opt, "nx") && cond != Cond::Xx {
+            cond = Cond::Nx;
+        } else if is(opt, "xx") && cond != Cond::Nx {
+            cond = Cond::Xx;
+        } else if is(opt, "get") && !get_old {
+            get_old = true;
+        } else if is(opt, "keepttl") && matches!(ttl, Ttl::Clear) {
+            ttl = Ttl::Keep;
+        } else if (is(opt, "px") || is(opt, "ex")) && matches!(ttl, Ttl::Clear) && next.is_some() {
+            let Some(n) = next.and_then(|n| parse_i64(n)) else {
+                return errors::not_integer();
+            };
+            let ms = if is(opt, "ex") {
+                n.checked_mul(1000)
+            } else {
+                Some(n)
+            };
+            match ms {
+                Some(ms) if ms > 0 => ttl = Ttl::Ms(ms),
+                _ => return errors::invalid_expire("set"),
+            }
+            i += 1;
+        } else if (is(opt, "exat") || is(opt, "pxat")) && next.is_some() {
+            return errors::unsupported("SET EXAT/PXAT");
+        } else {
+            return errors::syntax();
+        }
+        i += 1;
+    }
+    let old = match db.keys.get(key) {
+        None => None,
+        Some(Data::Str(v)) => Some(v.clone()),
+        Some(_) if get_old => return errors::wrong_type(),
+        Some(_) => Some(Vec::new()),
+    };
+    let exists = db.keys.get(key).is_some();
+    let applies = match cond {
+        Cond::Always => true,
+        Cond::Nx => !exists,
+        Cond::Xx => exists,
+    };
+    if applies {
+        let data = Data::Str(value.clone());
+        match ttl {
+            Ttl::Clear => db.keys.set(key, data, None),
+            Ttl::Keep => db.keys.replace(key, data),
+            Ttl::Ms(ms) => match after(now, ms) {
+                Some(deadline) => db.keys.set(key, data, Some(deadline)),
+                None => return errors::invalid_expire("set"),
+            },
+        }
+    }
+    match (get_old, applies) {
+        (true, _) => old.map_or(Reply::Nil, Reply::Bulk),
+        (false, true) => Reply::ok(),
+        (false, false) => Reply::Nil,
+    }
+}
+
+/// INCR/DECR/INCRBY/DECRBY: adds `delta`, keeping the key's deadline.
+fn add_to(db: &mut Db, key: &[u8], delta: i64) -> Reply {
+    let current = match db.keys.get(key) {
+        None => 0,
+        Some(Data::Str(v)) => match parse_i64(v) {
+            Some(n) => n,
+            None => return errors::not_integer(),
+        },
+        Some(_) => return errors::wrong_type(),
+    };
+    let Some(new) = current.checked_add(delta) else {
+        return errors::overflow();
+    };
+    let digits = new.to_string().into_bytes();
+    match db.keys.get_mut(key) {
+        Some(data) => *data = Data::Str(digits),
+        None => db.keys.set(key, Data::Str(digits), None),
+    }
+    Reply::Int(new)
+}
+
+fn incr(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    add_to(db, &args[1], 1)
+}
+
+fn decr(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    add_to(db, &args[1], -1)
+}
+
+fn incrby(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    match parse_i64(&args[2]) {
+        Some(delta) => add_to(db, &args[1], delta),
+        None => errors::not_integer(),
+    }
+}
+
+fn decrby(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    match parse_i64(&args[2]) {
+        Some(i64::MIN) => Reply::err("ERR decrement would overflow"),
+        Some(delta) => add_to(db, &args[1], -delta),
+        None => errors::not_integer(),
+    }
+}
+
+// ---- hashes ----
+
+/// The hash at `key`: `Ok(None)` when there is none, `Err` (WRONGTYPE) when
+/// the key holds another type.
+fn hash_of<'a>(db: &'a Db, key: &[u8]) -> Result<Option<&'a Hash>, Reply> {
+    match db.keys.get(key) {
+        None => Ok(None),
+        Some(Data::Hash(h)) => Ok(Some(h)),
+        Some(_) => Err(errors::wrong_type()),
+    }
+}
+
+/// The hash at `key`, created empty when there is none.
+fn hash_for_write<'a>(db: &'a mut Db, key: &[u8]) -> Result<&'a mut Hash, Reply> {
+    match db.keys.get_or_insert(key, || Data::Hash(Hash::default())) {
+        Data::Hash(h) => Ok(h),
+        _ => Err(errors::wrong_type()),
+    }
+}
+
+fn hset(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    if args.len() % 2 == 1 {
+        return errors::arity("hset");
+    }
+    let hash = match hash_for_write(db, &args[1]) {
+        Ok(h) => h,
+        Err(e) => return e,
+    };
+    let added = args[2..]
+        .chunks_exact(2)
+        .filter(|pair| hash.set(&pair[0], pair[1].clone()))
+        .count();
+    int_reply(added)
+}
+
+fn hget(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    match hash_of(db, &args[1]) {
+        Ok(h) => h
+            .and_then(|h| h.get(&args[2]))
+            .map_or(Reply::Nil, |v| Reply::Bulk(v.to_vec())),
+        Err(e) => e,
+    }
+}
+
+fn hgetall(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    match hash_of(db, &args[1]) {
+        Ok(h) => Reply::Array(
+            h.into_iter()
+                .flat_map(Hash::iter)
+                .flat_map(|(f, v)| [Reply::Bulk(f.to_vec()), Reply::Bulk(v.to_vec())])
+                .collect(),
+        ),
+        Err(e) => e,
+    }
+}
+
+fn hdel(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    let key = &args[1];
+    let removed = match db.keys.get_mut(key) {
+        None => 0,
+        Some(Data::Hash(h)) => args[2..].iter().filter(|f| h.remove(f)).count(),
+        Some(_) => return errors::wrong_type(),
+    };
+    db.keys.drop_if_empty(key);
+    int_reply(removed)
+}
+
+fn hexists(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    match hash_of(db, &args[1]) {
+        Ok(h) => Reply::Int(i64::from(h.and_then(|h| h.get(&args[2])).is_some())),
+        Err(e) => e,
+    }
+}
+
+fn hincrby(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    let Some(delta) = parse_i64(&args[3]) else {
+        return errors::not_integer();
+    };
+    let hash = match hash_for_write(db, &args[1]) {
+        Ok(h) => h,
+        Err(e) => return e,
+    };
+    let current = match hash.get(&args[2]) {
+        None => 0,
+        Some(v) => match parse_i64(v) {
+            Some(n) => n,
+            None => return Reply::err("ERR hash value is not an integer"),
+        },
+    };
+    let Some(new) = current.checked_add(delta) else {
+        return errors::overflow();
+    };
+    hash.set(&args[2], new.to_string().into_bytes());
+    Reply::Int(new)
+}
+
+fn hlen(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    match hash_of(db, &args[1]) {
+        Ok(h) => int_reply(h.map_or(0, Hash::len)),
+        Err(e) => e,
+    }
+}
+
+// ---- expiry ----
+
+fn pexpire(db: &mut Db, now: Instant, args: &[Vec<u8>]) -> Reply {
+    expire_generic(db, now, args, "pexpire", 1)
+}
+
+fn expire(db: &mut Db, now: Instant, args: &[Vec<u8>]) -> Reply {
+    expire_generic(db, now, args, "expire", 1000)
+}
+
+/// PEXPIRE / EXPIRE with Redis 7's NX, XX, GT and LT.
+fn expire_generic(db: &mut Db, now: Instant, args: &[Vec<u8>], name: &str, unit_ms: i64) -> Reply {
+    let (mut nx, mut xx, mut gt, mut lt) = (false, false, false, false);
+    for opt in &args[3..] {
+        if is(opt, "nx") {
+            nx = true;
+        } else if is(opt, "xx") {
+            xx = true;
+        } else if is(opt, "gt") {
+            gt = true;
+        } else if is(opt, "lt") {
+            lt = true;
+        } else {
+            return Reply::err(format!("ERR Unsupported option {}", text(opt)));
+        }
+    }
+    if nx && (xx || gt || lt) {
+        return Reply::err("ERR NX and XX, GT or LT options at the same time are not compatible");
+    }
+    if gt && lt {
+        return Reply::err("ERR GT and LT options at the same time are not compatible");
+    }
+    let Some(amount) = parse_i64(&args[2]) else {
+        return errors::not_integer();
+    };
+    let Some(ms) = amount.checked_mul(unit_ms) else {
+        return errors::invalid_expire(name);
+    };
+    let key = &args[1];
+    let Some(current) = db.keys.deadline(key) else {
+        return Reply::Int(0);
+    };
+    // the new deadline as milliseconds from now, to compare with the current one
+    let current_ms = current.map(|d| ms_left(now, d));
+    let refused = (nx && current.is_some())
+        || (xx && current.is_none())
+        || (gt && current_ms.is_none_or(|c| ms <= c))
+        || (lt && current_ms.is_some_and(|c| ms >= c));
+    if refused {
+        return Reply::Int(0);
+    }
+    if ms <= 0 {
+        db.keys.remove(key);
+        return Reply::Int(1);
+    }
+    match after(now, ms) {
+        Some(deadline) => {
+            db.keys.set_deadline(key, Some(deadline));
+            Reply::Int(1)
+        }
+        None => errors::invalid_expire(name),
+    }
+}
+
+/// Redis' PTTL of `key` at `now`: -2 no key, -1 no deadline.
+fn pttl_of(db: &Db, now: Instant, key: &[u8]) -> i64 {
+    match db.keys.deadline(key) {
+        None => -2,
+        Some(None) => -1,
+        Some(Some(deadline)) => ms_left(now, deadline),
+    }
+}
+
+fn pttl(db: &mut Db, now: Instant, args: &[Vec<u8>]) -> Reply {
+    Reply::Int(pttl_of(db, now, &args[1]))
+}
+
+fn ttl(db: &mut Db, now: Instant, args: &[Vec<u8>]) -> Reply {
+    match pttl_of(db, now, &args[1]) {
+        n if n < 0 => Reply::Int(n),
+        ms => Reply::Int((ms + 500) / 1000),
+    }
+}
+
+// ---- sorted sets ----
+
+fn zset_of<'a>(db: &'a Db, key: &[u8]) -> Result<Option<&'a ZSet>, Reply> {
+    match db.keys.get(key) {
+        None => Ok(None),
+        Some(Data::ZSet(z)) => Ok(Some(z)),
+        Some(_) => Err(errors::wrong_type()),
+    }
+}
+
+fn zadd(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    let (mut nx, mut xx, mut gt, mut lt, mut ch, mut incr) =
+        (false, false, false, false, false, false);
+    let mut at = 2;
+    while let Some(opt) = args.get(at) {
+        if is(opt, "nx") {
+            nx = true;
+        } else if is(opt, "xx") {
+            xx = true;
+        } else if is(opt, "gt") {
+            gt = true;
+        } else if is(opt, "lt") {
+            lt = true;
+        } else if is(opt, "ch") {
+            ch = true;
+        } else if is(opt, "incr") {
+            incr = true;
+        } else {
+            break;
+        }
+        at += 1;
+    }
+    let elements = &args[at..];
+    if elements.is_empty() || elements.len() % 2 == 1 {
+        return errors::syntax();
+    }
+    if nx && xx {
+        return Reply::err("ERR XX and NX options at the same time are not compatible");
+    }
+    if u8::from(gt) + u8::from(lt) + u8::from(nx) > 1 {
+        return Reply::err("ERR GT, LT, and/or NX options at the same time are not compatible");
+    }
+    if incr {
+        return errors::unsupported("ZADD INCR");
+    }
+    let mut pairs = Vec::with_capacity(elements.len() / 2);
+    for pair in elements.chunks_exact(2) {
+        match parse_f64(&pair[0]) {
+            Some(score) => pairs.push((score, &pair[1])),
+            None => return errors::not_float(),
+        }
+    }
+    let key = &args[1];
+    match db.keys.get(key) {
+        None if xx => return Reply::Int(0),
+        None | Some(Data::ZSet(_)) => {}
+        Some(_) => return errors::wrong_type(),
+    }
+    let zset = match db.keys.get_or_insert(key, || Data::ZSet(ZSet::default())) {
+        Data::ZSet(z) => z,
+        _ => return errors::wrong_type(),
+    };
+    let (mut added, mut changed) = (0usize, 0usize);
+    for (score, member) in pairs {
+        match zset.score(member) {
+            Some(old) => {
+                if nx || (gt && score <= old) || (lt && score >= old) {
+                    continue;
+                }
+                if score != old {
+                    zset.insert(member, score);
+                    changed += 1;
+                }
+            }
+            None => {
+                if xx {
+                    continue;
+                }
+                zset.insert(member, score);
+                added += 1;
+            }
+        }
+    }
+    db.keys.drop_if_empty(key);
+    int_reply(if ch { added + changed } else { added })
+}
+
+fn zrem(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    let key = &args[1];
+    let removed = match db.keys.get_mut(key) {
+        None => 0,
+        Some(Data::ZSet(z)) => args[2..].iter().filter(|m| z.remove(m)).count(),
+        Some(_) => return errors::wrong_type(),
+    };
+    db.keys.drop_if_empty(key);
+    int_reply(removed)
+}
+
+fn zrange(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    let mut with_scores = false;
+    for opt in &args[4..] {
+        if is(opt, "withscores") {
+            with_scores = true;
+        } else if ["byscore", "bylex", "rev", "limit"]
+            .iter()
+            .any(|o| is(opt, o))
+        {
+            return errors::unsupported(&format!("ZRANGE {}", text(opt).to_uppercase()));
+        } else {
+            return errors::syntax();
+        }
+    }
+    let (Some(start), Some(stop)) = (parse_i64(&args[2]), parse_i64(&args[3])) else {
+        return errors::not_integer();
+    };
+    let zset = match zset_of(db, &args[1]) {
+        Ok(Some(z)) => z,
+        Ok(None) => return Reply::Array(Vec::new()),
+        Err(e) => return e,
+    };
+    let len = i64::try_from(zset.len()).unwrap_or(i64::MAX);
+    let start = if start < 0 {
+        (len + start).max(0)
+    } else {
+        start
+    };
+    let stop = if stop < 0 {
+        len + stop
+    } else {
+        stop.min(len - 1)
+    };
+    if start > stop || start >= len {
+        return Reply::Array(Vec::new());
+    }
+    let (Ok(start), Ok(stop)) = (usize::try_from(start), usize::try_from(stop)) else {
+        return Reply::Array(Vec::new());
+    };
+    let mut out = Vec::new();
+    for (member, score) in zset.range(start, stop) {
+        out.push(Reply::Bulk(member.to_vec()));
+        if with_scores {
+            out.push(Reply::bulk(format_g17(score)));
+        }
+    }
+    Reply::Array(out)
+}
+
+fn zscore(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    match zset_of(db, &args[1]) {
+        Ok(z) => z
+            .and_then(|z| z.score(&args[2]))
+            .map_or(Reply::Nil, |s| Reply::bulk(format_g17(s))),
+        Err(e) => e,
+    }
+}
+
+fn zcard(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    match zset_of(db, &args[1]) {
+        Ok(z) => int_reply(z.map_or(0, ZSet::len)),
+        Err(e) => e,
+    }
+}
+
+// ---- server ----
+
+fn time(db: &mut Db, now: Instant, _: &[Vec<u8>]) -> Reply {
+    let (secs, micros) = db.clock.time(now);
+    Reply::Array(vec![
+        Reply::bulk(secs.to_string()),
+        Reply::bulk(micros.to_string()),
+    ])
+}
+
+fn config(_: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    let sub = &args[1];
+    if !is(sub, "get") {
+        return errors::unsupported(&format!("CONFIG {}", text(sub).to_uppercase()));
+    }
+    if args.len() < 3 {
+        return errors::arity("config|get");
+    }
+    let mut out = Vec::new();
+    for param in &args[2..] {
+        if is(param, "maxmemory-policy") {
+            // no eviction: a key goes only when it expires or is deleted
+            out.push(Reply::bulk("maxmemory-policy"));
+            out.push(Reply::bulk("noeviction"));
+        } else {
+            return errors::unsupported(&format!("CONFIG GET {}", text(param)));
+        }
+    }
+    Reply::Array(out)
+}
+
+fn role(_: &mut Db, _: Instant, _: &[Vec<u8>]) -> Reply {
+    // a primary without replicas, at replication offset 0
+    Reply::Array(vec![
+        Reply::bulk("master"),
+        Reply::Int(0),
+        Reply::Array(Vec::new()),
+    ])
+}
+
+/// `WAIT numreplicas timeout`: 0 at once. The server has no replicas, so 0
+/// is the true count; Redis would answer the same 0, after the time-out
+/// when more than 0 replicas were asked for.
+fn wait(_: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    match parse_i64(&args[2]) {
+        None => return Reply::err("ERR timeout is not an integer or out of range"),
+        Some(t) if t < 0 => return Reply::err("ERR timeout is negative"),
+        Some(_) => {}
+    }
+    match parse_i64(&args[1]) {
+        Some(_) => Reply::Int(0),
+        None => errors::not_integer(),
+    }
+}
+
+// ---- pub/sub ----
+
+fn publish(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    Reply::Int(db.pubsub.publish(Namespace::Classic, &args[1], &args[2]))
+}
+
+fn spublish(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    Reply::Int(db.pubsub.publish(Namespace::Sharded, &args[1], &args[2]))
+}
+
+fn pubsub(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    let sub = &args[1];
+    let namespace = if is(sub, "numsub") {
+        Namespace::Classic
+    } else if is(sub, "shardnumsub") {
+        Namespace::Sharded
+    } else {
+        return errors::unsupported(&format!("PUBSUB {}", text(sub).to_uppercase()));
+    };
+    let mut out = Vec::new();
+    for channel in &args[2..] {
+        out.push(Reply::Bulk(channel.clone()));
+        out.push(Reply::Int(db.pubsub.count(namespace, channel)));
+    }
+    Reply::Array(out)
+}
+
+// ---- SCAN ----
+
+/// How many SCAN cursors the server remembers (the oldest are forgotten).
+const OPEN_SCANS: usize = 1024;
+
+/// SCAN cursors: each names the key after which the scan resumes (keys are
+/// scanned in sorted order, so a key present for the whole scan is returned
+/// exactly once, as Redis guarantees at least once).
+#[derive(Debug, Default)]
+struct ScanCursors {
+    last: u64,
+    open: HashMap<u64, Vec<u8>>,
+    order: VecDeque<u64>,
+}
+
+impl ScanCursors {
+    fn open(&mut self, resume_after: Vec<u8>) -> u64 {
+        self.last += 1;
+        self.open.insert(self.last, resume_after);
+        self.order.push_back(self.last);
+        while self.order.len() > OPEN_SCANS {
+            if let Some(old) = self.order.pop_front() {
+                self.open.remove(&old);
+            }
+        }
+        self.last
+    }
+}
+
+fn scan(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    let Some(cursor) = std::str::from_utf8(&args[1])
+        .ok()
+        .and_then(|c| c.parse::<u64>().ok())
+    else {
+        return Reply::err("ERR invalid cursor");
+    };
+    let mut count: usize = 10;
+    let mut pattern: Option<&[u8]> = None;
+    let mut type_name: Option<&[u8]> = None;
+    let mut i = 2;
+    while i < args.len() {
+        let Some(value) = args.get(i + 1) else {
+            return errors::syntax();
+        };
+        if is(&args[i], "count") {
+            match parse_i64(value) {
+                Some(n) if n >= 1 => count = usize::try_from(n).unwrap_or(usize::MAX),
+                Some(_) => return errors::syntax(),
+                None => return errors::not_integer(),
+            }
+        } else if is(&args[i], "match") {
+            pattern = (value.as_slice() != b"*").then_some(value.as_slice());
+        } else if is(&args[i], "type") {
+            type_name = Some(value.as_slice());
+        } else {
+            return errors::syntax();
+        }
+        i += 2;
+    }
+    let resume = if cursor == 0 {
+        None
+    } else {
+        match db.scans.open.get(&cursor) {
+            Some(key) => Some(key.clone()),
+            None => {
+                return Reply::err(format!(
+                    "ERR invalid cursor {cursor}: the in-memory Redis answers only cursors it gave (the last {OPEN_SCANS})"
+                ))
+            }
+        }
+    };
+    let mut found = Vec::new();
+    let mut last: Option<&[u8]> = None;
+    let mut more = false;
+    for (scanned, (key, data)) in db.keys.keys_after(resume.as_deref()).enumerate() {
+        if scanned == count {
+            more = true;
+            break;
+        }
+        last = Some(key);
+        let matches = pattern.is_none_or(|p| glob_match(p, key))
+            && type_name.is_none_or(|t| t.eq_ignore_ascii_case(data.type_name().as_bytes()));
+        if matches {
+            found.push(Reply::Bulk(key.to_vec()));
+        }
+    }
+    let next = match (more, last) {
+        (true, Some(last)) => {
+            let last = last.to_vec();
+            db.scans.open(last)
+        }
+        _ => 0,
+    };
+    Reply::Array(vec![Reply::bulk(next.to_string()), Reply::Array(found)])
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(db: &mut Db, now: Instant, args: &[&str]) -> Reply {
+        let args: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
+        match lookup(&args[0]) {
+            Some(spec) if spec.arity_fits(args.len()) => spec.run(db, now, &args),
+            Some(spec) => errors::arity(spec.name),
+            None => unsupported_command(&args[0]),
+        }
+    }
+
+    fn bulk(s: &str) -> Reply {
+        Reply::bulk(s)
+    }
+
+    #[test]
+    fn strings_set_options_and_counters() {
+        let mut db = Db::new();
+        let now = Instant::now();
+        assert_eq!(run(&mut db, now, &["SET", "k", "1"]), Reply::ok());
+        assert_eq!(run(&mut db, now, &["set", "k", "2", "NX"]), Reply::Nil);
+        assert_eq!(
+            run(&mut db, now, &["set", "k", "3", "xx", "get"]),
+            bulk("1")
+        );
+        assert_eq!(run(&mut db, now, &["set", "n", "3", "xx"]), Reply::Nil);
+        assert_eq!(
+            run(&mut db, now, &["set", "n", "1", "nx", "xx"]),
+            errors::syntax()
+        );
+        assert_eq!(
+            run(&mut db, now, &["set", "n", "1", "px", "0"]),
+            errors::invalid_expire("set")
+        );
+        assert_eq!(
+            run(&mut db, now, &["set", "n", "1", "px", "x"]),
+            errors::not_integer()
+        );
+        assert_eq!(run(&mut db, now, &["incr", "k"]), Reply::Int(4));
+        assert_eq!(run(&mut db, now, &["decrby", "k", "10"]), Reply::Int(-6));
+        assert_eq!(
+            run(&mut db, now, &["set", "big", "9223372036854775807"]),
+            Reply::ok()
+        );
+        assert_eq!(run(&mut db, now, &["incr", "big"]), errors::overflow());
+        assert_eq!(run(&mut db, now, &["set", "s", "abc"]), Reply::ok());
+        assert_eq!(run(&mut db, now, &["incr", "s"]), errors::not_integer());
+        assert_eq!(run(&mut db, now, &["hset", "h", "f", "1"]), Reply::Int(1));
+        assert_eq!(run(&mut db, now, &["get", "h"]), errors::wrong_type());
+        assert_eq!(
+            run(&mut db, now, &["set", "h", "x", "get"]),
+            errors::wrong_type()
+        );
+        assert_eq!(run(&mut db, now, &["set", "h", "x"]), Reply::ok());
+        assert_eq!(
+            run(&mut db, now, &["type", "h"]),
+            Reply::Status("string".into())
+        );
+        assert_eq!(run(&mut db, now, &["get"]), errors::arity("get"));
+    }
+
+    #[test]
+    fn hashes_count_and_refuse_non_integers() {
+        let mut db = Db::new();
+        let now = Instant::now();
+        assert_eq!(
+            run(&mut db, now, &["hset", "h", "a", "1", "b", "2"]),
+            Reply::Int(2)
+        );
+        assert_eq!(
+            run(&mut db, now, &["hset", "h", "a", "1", "b"]),
+            errors::arity("hset")
+        );
+        assert_eq!(
+            run(&mut db, now, &["hincrby", "h", "a", "-1"]),
+            Reply::Int(0)
+        );
+        assert_eq!(
+            run(&mut db, now, &["hincrby", "h", "a", "x"]),
+            errors::not_integer()
+        );
+        assert_eq!(run(&mut db, now, &["hset", "h", "t", "x"]), Reply::Int(1));
+        assert_eq!(
+            run(&mut db, now, &["hincrby", "h", "t", "1"]),
+            Reply::err("ERR hash value is not an integer")
+        );
+        assert_eq!(
+            run(&mut db, now, &["hgetall", "h"]),
+            Reply::Array(["a", "0", "b", "2", "t", "x"].map(bulk).to_vec())
+        );
+        assert_eq!(
+            run(&mut db, now, &["hdel", "h", "a", "b", "t", "zz"]),
+            Reply::Int(3)
+        );
+        assert_eq!(
+            run(&mut db, now, &["exists", "h"]),
+            Reply::Int(0),
+            "an empty hash is deleted"
+        );
+        assert_eq!(run(&mut db, now, &["hlen", "h"]), Reply::Int(0));
+    }
+
+    #[test]
+    fn expiry_options_and_ttls() {
+        let mut db = Db::new();
+        let now = Instant::now();
+        run(&mut db, now, &["set", "k", "v"]);
+        assert_eq!(run(&mut db, now, &["pttl", "k"]), Reply::Int(-1));
+        assert_eq!(run(&mut db, now, &["pttl", "nope"]), Reply::Int(-2));
+        assert_eq!(
+            run(&mut db, now, &["pexpire", "k", "1500", "xx"]),
+            Reply::Int(0)
+        );
+        assert_eq!(run(&mut db, now, &["pexpire", "k", "1500"]), Reply::Int(1));
+        assert_eq!(run(&mut db, now, &["ttl", "k"]), Reply::Int(2));
+        assert_eq!(
+            run(&mut db, now, &["pexpire", "k", "1000", "gt"]),
+            Reply::Int(0)
+        );
+        assert_eq!(
+            run(&mut db, now, &["pexpire", "k", "1000", "lt"]),
+            Reply::Int(1)
+        );
+        assert_eq!(run(&mut db, now, &["pttl", "k"]), Reply::Int(1000));
+        assert_eq!(
+            run(&mut db, now, &["pexpire", "k", "1", "nx", "xx"]),
+            Reply::err("ERR NX and XX, GT or LT options at the same time are not compatible")
+        );
+        assert_eq!(run(&mut db, now, &["pexpire", "nope", "10"]), Reply::Int(0));
+        assert_eq!(run(&mut db, now, &["pexpire", "k", "0"]), Reply::Int(1));
+        assert_eq!(run(&mut db, now, &["exists", "k"]), Reply::Int(0));
+    }
+
+    #[test]
+    fn sorted_sets_and_ranges() {
+        let mut db = Db::new();
+        let now = Instant::now();
+        assert_eq!(
+            run(&mut db, now, &["zadd", "z", "NX", "2", "b", "1", "a"]),
+            Reply::Int(2)
+        );
+        assert_eq!(
+            run(&mut db, now, &["zadd", "z", "NX", "5", "b"]),
+            Reply::Int(0)
+        );
+        assert_eq!(
+            run(&mut db, now, &["zadd", "z", "x", "b"]),
+            errors::not_float()
+        );
+        assert_eq!(
+            run(&mut db, now, &["zadd", "z", "nx", "1"]),
+            errors::syntax()
+        );
+        assert_eq!(
+            run(&mut db, now, &["zadd", "z", "1"]),
+            errors::arity("zadd")
+        );
+        assert_eq!(
+            run(&mut db, now, &["zadd", "z", "ch", "3", "b"]),
+            Reply::Int(1)
+        );
+        assert_eq!(
+            run(&mut db, now, &["zrange", "z", "0", "-1", "withscores"]),
+            Reply::Array(["a", "1", "b", "3"].map(bulk).to_vec())
+        );
+        assert_eq!(
+            run(&mut db, now, &["zrange", "z", "0", "1"]),
+            Reply::Array(["a", "b"].map(bulk).to_vec())
+        );
+        assert_eq!(
+            run(&mut db, now, &["zrange", "z", "5", "9"]),
+            Reply::Array(vec![])
+        );
+        assert_eq!(
+            run(&mut db, now, &["zrange", "z", "-1", "-1"]),
+            Reply::Array(vec![bulk("b")])
+        );
+        assert_eq!(run(&mut db, now, &["zscore", "z", "a"]), bulk("1"));
+        assert_eq!(run(&mut db, now, &["zrem", "z", "a", "b"]), Reply::Int(2));
+        assert_eq!(run(&mut db, now, &["zcard", "z"]), Reply::Int(0));
+        assert_eq!(run(&mut db, now, &["exists", "z"]), Reply::Int(0));
+    }
+
+    #[test]
+    fn scan_resumes_after_its_last_key() {
+        let mut db = Db::new();
+        let now = Instant::now();
+        for i in 0..25 {
+            run(&mut db, now, &["hset", &format!("lock:{i:02}"), "o", "1"]);
+        }
+        run(&mut db, now, &["set", "lock:str", "x"]);
+        let mut cursor = "0".to_string();
+        let mut seen = Vec::new();
+        loop {
+            let reply = run(
+                &mut db,
+                now,
+                &[
+                    "scan", &cursor, "match", "lock:*", "count", "7", "type", "hash",
+                ],
+            );
+            let Reply::Array(parts) = reply else {
+                panic!("{reply:?}")
+            };
+            let [Reply::Bulk(next), Reply::Array(keys)] = parts.as_slice() else {
+                panic!("{parts:?}")
+            };
+            seen.extend(keys.iter().cloned());
+            // a key deleted mid-scan does not break the cursor
+            run(&mut db, now, &["del", "lock:05"]);
+            cursor = String::from_utf8_lossy(next).into_owned();
+            if cursor == "0" {
+                break;
+            }
+        }
+        assert_eq!(seen.len(), 25, "each hash once, the string left out");
+        assert!(matches!(
+            run(&mut db, now, &["scan", "999", "count", "1"]),
+            Reply::Error(e) if e.contains("invalid cursor")
+        ));
+        assert_eq!(
+            run(&mut db, now, &["scan", "x"]),
+            Reply::err("ERR invalid cursor")
+        );
+        assert_eq!(run(&mut db, now, &["scan", "0", "count"]), errors::syntax());
+    }
+
+    #[test]
+    fn server_commands_answer_as_a_lone_primary() {
+        let mut db = Db::new();
+        let now = Instant::now();
+        assert_eq!(run(&mut db, now, &["ping"]), Reply::Status("PONG".into()));
+        assert_eq!(
+            run(&mut db, now, &["config", "get", "maxmemory-policy"]),
+            Reply::Array(vec![bulk("maxmemory-policy"), bulk("noeviction")])
+        );
+        assert!(
+            matches!(run(&mut db, now, &["config", "set", "x", "y"]), Reply::Error(e) if e.contains("CONFIG SET"))
+        );
+        assert_eq!(run(&mut db, now, &["wait", "1", "100"]), Reply::Int(0));
+        assert_eq!(
+            run(&mut db, now, &["wait", "1", "-1"]),
+            Reply::err("ERR timeout is negative")
+        );
+        assert_eq!(
+            run(&mut db, now, &["role"]),
+            Reply::Array(vec![bulk("master"), Reply::Int(0), Reply::Array(vec![])])
+        );
+        assert_eq!(
+            run(&mut db, now, &["pubsub", "shardnumsub"]),
+            Reply::Array(vec![])
+        );
+        assert!(matches!(
+            run(&mut db, now, &["object", "encoding", "k"]),
+            Reply::Error(e) if e.contains("'object'") && e.contains("in-memory")
+        ));
+        let Reply::Array(t) = run(&mut db, now, &["time"]) else {
+            panic!()
+        };
+        assert_eq!(t.len(), 2);
+    }
+}
