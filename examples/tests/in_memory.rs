@@ -47,24 +47,36 @@ async fn withdrawals_of_one_account_take_turns_without_redis() {
     // Two replicas of the service, one lock server between them.
     let balances: Balances = Arc::new(Mutex::new(HashMap::from([(7, 100)])));
     let replicas = [
-        app(LockClient::builder(server.url()).build().expect("client"), balances.clone()),
-        app(LockClient::builder(server.url()).build().expect("client"), balances.clone()),
+        app(
+            LockClient::builder(server.url()).build().expect("client"),
+            balances.clone(),
+        ),
+        app(
+            LockClient::builder(server.url()).build().expect("client"),
+            balances.clone(),
+        ),
     ];
-    let requests = (0..20).map(|i| {
-        let router = replicas[i % 2].clone();
-        tokio::spawn(async move {
-            let request = Request::post("/accounts/7/withdraw")
-                .body(Body::empty())
-                .expect("request");
-            router.oneshot(request).await.expect("infallible").status()
+    // Spawned all at once (collected), then awaited.
+    let requests: Vec<_> = (0..20)
+        .map(|i| {
+            let router = replicas[i % 2].clone();
+            tokio::spawn(async move {
+                let request = Request::post("/accounts/7/withdraw")
+                    .body(Body::empty())
+                    .expect("request");
+                router.oneshot(request).await.expect("infallible").status()
+            })
         })
-    });
+        .collect();
     let mut statuses = Vec::new();
     for request in requests {
         statuses.push(request.await.expect("request task"));
     }
     let ok = statuses.iter().filter(|s| **s == StatusCode::OK).count();
-    let refused = statuses.iter().filter(|s| **s == StatusCode::CONFLICT).count();
+    let refused = statuses
+        .iter()
+        .filter(|s| **s == StatusCode::CONFLICT)
+        .count();
     // 100 in the account, 10 per withdrawal: exactly 10 succeed, and the
     // balance ends at 0 (without the lock, several read the same balance).
     assert_eq!((ok, refused), (10, 10), "{statuses:?}");
@@ -103,13 +115,19 @@ async fn an_annotated_function_runs_once_at_a_time_without_redis() {
         overlaps: AtomicUsize::new(0),
         runs: AtomicUsize::new(0),
     });
-    let calls = (0..8).map(|_| {
-        let reports = reports.clone();
-        tokio::spawn(async move { reports.build(26).await })
-    });
+    let calls: Vec<_> = (0..8)
+        .map(|_| {
+            let reports = reports.clone();
+            tokio::spawn(async move { reports.build(26).await })
+        })
+        .collect();
     for call in calls {
         assert_eq!(call.await.expect("task").expect("the build ran"), 26);
     }
-    assert_eq!(reports.overlaps.load(Ordering::SeqCst), 0, "two builds at once");
+    assert_eq!(
+        reports.overlaps.load(Ordering::SeqCst),
+        0,
+        "two builds at once"
+    );
     assert_eq!(reports.runs.load(Ordering::SeqCst), 8);
 }

@@ -412,6 +412,8 @@ mod inspect;
 mod lock;
 #[cfg(feature = "memory")]
 mod memory;
+#[cfg(feature = "memory")]
+mod memory_server;
 mod metrics;
 mod options;
 mod protocol;
@@ -433,6 +435,8 @@ pub use guard::LockGuard;
 pub use held::HeldLock;
 pub use inspect::{LockOwner, LockStatus};
 pub use lock::Lock;
+#[cfg(feature = "memory")]
+pub use memory_server::MemoryServer;
 pub use options::AcquireOptions;
 pub use shutdown::ShutdownReport;
 /// The token type of [`HeldLock::cancellation_token`] (tokio-util's).

@@ -76,7 +76,10 @@ impl MemoryUrl {
                 "invalid memory url: no server name (memory://<name>)".into(),
             ));
         }
-        if let Some(c) = name.chars().find(|c| matches!(c, '/' | '?' | '#' | '@' | ':')) {
+        if let Some(c) = name
+            .chars()
+            .find(|c| matches!(c, '/' | '?' | '#' | '@' | ':'))
+        {
             return Err(Error::InvalidArgument(format!(
                 "invalid memory url: `{c}` in the server name (memory://<name>: no port, path, query or credentials)"
             )));
@@ -482,7 +485,10 @@ mod tests {
             ("memory://u@h", "`@`"),
         ] {
             let err = MemoryUrl::parse(bad).expect_err(bad);
-            assert!(err.is_invalid_input() && err.to_string().contains(why), "{bad}: {err}");
+            assert!(
+                err.is_invalid_input() && err.to_string().contains(why),
+                "{bad}: {err}"
+            );
         }
     }
 }

@@ -69,6 +69,7 @@ mod commands;
 mod keyspace;
 mod lua;
 mod pubsub;
+pub(crate) mod registry;
 mod reply;
 
 use std::fmt;
@@ -136,7 +137,22 @@ impl Server {
         self.run(args).into_result()
     }
 
+    /// Runs `commands` one after the other with nothing in between, as
+    /// `MULTI` ... `EXEC` does: one reply each, an error in its place.
+    pub(crate) fn call_all(&self, commands: &[Vec<Vec<u8>>]) -> Vec<RedisResult<Value>> {
+        let mut guard = self.state();
+        commands
+            .iter()
+            .map(|args| Self::run_in(&mut guard, args).into_result())
+            .collect()
+    }
+
     fn run(&self, args: &[Vec<u8>]) -> Reply {
+        let mut guard = self.state();
+        Self::run_in(&mut guard, args)
+    }
+
+    fn run_in(state: &mut State, args: &[Vec<u8>]) -> Reply {
         let Some(name) = args.first() else {
             return Reply::err("ERR empty command");
         };
@@ -146,8 +162,7 @@ impl Server {
         if !spec.arity_fits(args.len()) {
             return reply::errors::arity(spec.name);
         }
-        let mut guard = self.state();
-        let State { db, engine } = &mut *guard;
+        let State { db, engine } = state;
         let now = Instant::now();
         db.keys.expire_due(now);
         match spec.name {

@@ -29,9 +29,9 @@ fn args_of(cmd: &Cmd) -> Vec<Vec<u8>> {
     cmd.args_iter()
         .map(|arg| match arg {
             Arg::Simple(bytes) => bytes.to_vec(),
-            // Only redis-rs's scan iterators write a cursor argument; this
-            // crate passes cursors as plain arguments.
-            Arg::Cursor => b"0".to_vec(),
+            // Only redis-rs's scan iterators write a cursor argument (this
+            // crate passes cursors as plain arguments): a first scan.
+            _ => b"0".to_vec(),
         })
         .collect()
 }

@@ -26,7 +26,9 @@ async fn clients_of_one_server_never_overlap_and_all_get_their_turn() {
     let sections = Arc::new(AtomicUsize::new(0));
     let tasks = clients.iter().flat_map(|client| {
         (0..4).map(|_| {
-            let lock = client.lock("stock:sku-42").unwrap_or_else(|e| panic!("{e}"));
+            let lock = client
+                .lock("stock:sku-42")
+                .unwrap_or_else(|e| panic!("{e}"));
             let (inside, overlaps, sections) = (inside.clone(), overlaps.clone(), sections.clone());
             tokio::spawn(async move {
                 for _ in 0..25 {
@@ -48,7 +50,11 @@ async fn clients_of_one_server_never_overlap_and_all_get_their_turn() {
     for task in all {
         task.unwrap_or_else(|e| panic!("task: {e}"));
     }
-    assert_eq!(overlaps.load(Ordering::SeqCst), 0, "two holders inside at once");
+    assert_eq!(
+        overlaps.load(Ordering::SeqCst),
+        0,
+        "two holders inside at once"
+    );
     assert_eq!(sections.load(Ordering::SeqCst), 3 * 4 * 25);
 }
 
@@ -60,16 +66,27 @@ async fn a_memory_url_names_one_shared_server_and_names_are_checked() {
     let b = LockClient::builder("memory://engine-suite-shared")
         .build()
         .unwrap_or_else(|e| panic!("{e}"));
-    let guard = a.lock("job").unwrap_or_else(|e| panic!("{e}")).acquire().await;
+    let guard = a
+        .lock("job")
+        .unwrap_or_else(|e| panic!("{e}"))
+        .acquire()
+        .await;
     let guard = guard.unwrap_or_else(|e| panic!("{e}"));
     let other = b.lock("job").unwrap_or_else(|e| panic!("{e}"));
-    assert!(other.try_acquire().await.unwrap_or_else(|e| panic!("{e}")).is_none());
+    assert!(other
+        .try_acquire()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .is_none());
     assert!(other.is_locked().await.unwrap_or_else(|e| panic!("{e}")));
     guard.release().await.unwrap_or_else(|e| panic!("{e}"));
     assert!(!other.is_locked().await.unwrap_or_else(|e| panic!("{e}")));
     // A URL a server name cannot be.
     let err = LockClient::builder("memory://a/b").build().unwrap_err();
-    assert!(matches!(err, Error::InvalidArgument(ref m) if m.contains("memory url")), "{err}");
+    assert!(
+        matches!(err, Error::InvalidArgument(ref m) if m.contains("memory url")),
+        "{err}"
+    );
 }
 
 #[tokio::test(start_paused = true)]
@@ -84,7 +101,11 @@ async fn a_fixed_lease_runs_out_on_tokios_clock() {
         .unwrap_or_else(|e| panic!("{e}"));
     tokio::time::advance(Duration::from_secs(9)).await;
     assert!(guard.is_held());
-    assert!(lock_b.try_acquire().await.unwrap_or_else(|e| panic!("{e}")).is_none());
+    assert!(lock_b
+        .try_acquire()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"))
+        .is_none());
     tokio::time::advance(Duration::from_secs(2)).await;
     assert!(!guard.is_held(), "the guard's deadline passed");
     let taken = lock_b.try_acquire().await.unwrap_or_else(|e| panic!("{e}"));
@@ -150,7 +171,14 @@ async fn replicas_cannot_acknowledge_on_a_memory_server() {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, Error::NotReplicated { wanted: 1, acknowledged: 0, .. }),
+        matches!(
+            err,
+            Error::NotReplicated {
+                wanted: 1,
+                acknowledged: 0,
+                ..
+            }
+        ),
         "{err:?}"
     );
 }
