@@ -82,7 +82,9 @@ async fn a_memory_url_names_one_shared_server_and_names_are_checked() {
     guard.release().await.unwrap_or_else(|e| panic!("{e}"));
     assert!(!other.is_locked().await.unwrap_or_else(|e| panic!("{e}")));
     // A URL a server name cannot be.
-    let err = LockClient::builder("memory://a/b").build().unwrap_err();
+    let err = LockClient::builder("memory://a/b")
+        .build()
+        .expect_err("a name with `/` was taken");
     assert!(
         matches!(err, Error::InvalidArgument(ref m) if m.contains("memory url")),
         "{err}"
@@ -110,7 +112,11 @@ async fn a_fixed_lease_runs_out_on_tokios_clock() {
     assert!(!guard.is_held(), "the guard's deadline passed");
     let taken = lock_b.try_acquire().await.unwrap_or_else(|e| panic!("{e}"));
     assert!(taken.is_some(), "the key expired in the server");
-    assert!(guard.release().await.unwrap_err().is_lost());
+    assert!(guard
+        .release()
+        .await
+        .expect_err("released after it ran out")
+        .is_lost());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -169,7 +175,7 @@ async fn replicas_cannot_acknowledge_on_a_memory_server() {
         .unwrap_or_else(|e| panic!("{e}"))
         .acquire()
         .await
-        .unwrap_err();
+        .expect_err("acknowledged by replicas that do not exist");
     assert!(
         matches!(
             err,
