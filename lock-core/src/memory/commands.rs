@@ -77,8 +77,13 @@ impl Spec {
         }
     }
 
-    /// Runs the command (arity checked by the caller).
+    /// Runs the command; its arguments are read by position only after
+    /// their number fits the arity (callers check it first, for their own
+    /// wording; this check keeps the positions safe whatever the caller).
     pub(crate) fn run(&self, db: &mut Db, now: Instant, args: &[Vec<u8>]) -> Reply {
+        if !self.arity_fits(args.len()) {
+            return errors::arity(self.name);
+        }
         (self.run)(db, now, args)
     }
 }
