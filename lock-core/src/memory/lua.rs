@@ -36,6 +36,10 @@
 //! (its `tostring` is the error text) where Redis gives the `{err = …}`
 //! table; `redis.pcall` gives the table.
 //!
+//! **A time limit** (5 s, real time) stops a script that runs on: Redis
+//! would run it to its end and answer `BUSY` to everyone else until
+//! `SCRIPT KILL`, which nobody could send in one process.
+//!
 //! **One state**, created on first use and kept (per-call set-up is two
 //! tables and two scoped functions; see the module doc of `memory` for the
 //! measured cost). `SCRIPT FLUSH` and a restart drop it, as Redis starts a
@@ -46,7 +50,9 @@ use std::collections::HashMap;
 use std::fmt;
 
 use mlua::chunk::ChunkMode;
-use mlua::{Function, Lua, LuaOptions, LuaString, MultiValue, StdLib, Table, Value};
+use mlua::{
+    Function, HookTriggers, Lua, LuaOptions, LuaString, MultiValue, StdLib, Table, Value, VmState,
+};
 use tokio::time::Instant;
 
 use super::commands::{self, Db};
@@ -75,6 +81,16 @@ impl std::error::Error for Fault {}
 
 /// The chunk name Redis gives every script.
 const CHUNK: &str = "@user_script";
+
+/// How long a script may run before the server stops it (real time: a
+/// paused tokio clock never moves). Redis would run it to its end,
+/// answering `BUSY` to everyone else until `SCRIPT KILL`; in one process
+/// nothing could ever send that, so a script that never ends would hold
+/// the server for good.
+#[cfg(not(test))]
+const SCRIPT_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+#[cfg(test)]
+const SCRIPT_TIME_LIMIT: std::time::Duration = std::time::Duration::from_millis(200);
 
 /// The Lua state and the compiled scripts.
 pub(crate) struct Engine {
@@ -168,6 +184,23 @@ impl Engine {
         globals.raw_set("_G", env.clone())?;
 
         let handler = lua.create_function(error_handler)?;
+        lua.set_hook(
+            HookTriggers::new().every_nth_instruction(100_000),
+            |lua, _| {
+                let over = lua
+                    .try_app_data_ref::<Running>()
+                    .ok()
+                    .flatten()
+                    .is_some_and(|r| r.started.elapsed() > SCRIPT_TIME_LIMIT);
+                if over {
+                    return Err(mlua::Error::external(Fault::Reply(format!(
+                        "ERR the script ran for more than {SCRIPT_TIME_LIMIT:?}: the in-memory Redis \
+                         stopped it (Redis would run it on, answering BUSY to everyone else)"
+                    ))));
+                }
+                Ok(VmState::Continue)
+            },
+        )?;
         Ok(Engine {
             lua,
             globals,
@@ -239,7 +272,11 @@ impl Engine {
         // finds it, and back after it (also on a panic).
         let placeholder = Db::placeholder(db);
         let data = std::mem::replace(db, placeholder);
-        self.lua.set_app_data(Running { db: data, now });
+        self.lua.set_app_data(Running {
+            db: data,
+            now,
+            started: std::time::Instant::now(),
+        });
         let restore = Restore { lua: &self.lua, db };
         let result: MultiValue = self.xpcall.call((function.clone(), self.handler.clone()))?;
         drop(restore);
@@ -292,6 +329,8 @@ fn error_reply_text(text: &str) -> String {
 struct Running {
     db: Db,
     now: Instant,
+    /// When the run started, on the real clock (the time limit).
+    started: std::time::Instant,
 }
 
 /// Moves the data back out of the Lua state when a run ends.
@@ -314,7 +353,7 @@ fn dispatch_running(lua: &Lua, args: MultiValue, raise: bool) -> mlua::Result<Va
         .try_app_data_mut::<Running>()
         .map_err(mlua::Error::external)?
         .ok_or_else(|| mlua::Error::external(Fault::Reply("ERR no script is running".into())))?;
-    let Running { db, now } = &mut *running;
+    let Running { db, now, .. } = &mut *running;
     dispatch(lua, db, *now, args, raise)
 }
 
@@ -811,6 +850,14 @@ mod tests {
         );
         // the state is still usable after each error
         assert_eq!(eval(&s, "return 1").ok(), Some(Value::Int(1)));
+        // a script that never ends is stopped, its writes kept (as Redis keeps them)
+        let text = error_text(eval(&s, "redis.call('set', 'w', '1') while true do end"));
+        assert!(
+            text.starts_with("ERR the script ran for more than"),
+            "{text}"
+        );
+        assert_eq!(call(&s, &["GET", "w"]).ok(), Some(bulk("1")));
+        assert_eq!(eval(&s, "return 2").ok(), Some(Value::Int(2)));
     }
 
     #[test]
