@@ -1,13 +1,15 @@
 //! lock-core's engine end to end, each test on private redis-servers:
 //! acquire, re-entry and release, ownership by context, the watchdog and
 //! fixed leases, waiters and local queues, hold identity and fencing tokens,
-//! several processes on one lock; and `layers`, which reads lock-core's
-//! sources to check its layer rule.
+//! several processes on one lock; `layers`, which reads lock-core's
+//! sources to check its layer rule; and `conformance`, which compares
+//! lock-core's in-memory Redis with a real redis-server, case by case.
 
 mod support;
 
 /// The suites, one module per file in `engine/`.
 mod engine {
+    mod conformance;
     mod cross_process;
     mod hold_identity;
     mod layers;

@@ -7,11 +7,10 @@
 //! (arity, not allowed from a script) but run in `lua.rs`.
 
 use std::collections::{HashMap, VecDeque};
-use std::time::Duration;
 
 use tokio::time::Instant;
 
-use super::keyspace::{glob_match, Clock, Data, Hash, Keyspace, ZSet};
+use super::keyspace::{glob_match, Clock, Data, Hash, Keyspace, Ms, ZSet};
 use super::pubsub::{Namespace, PubSub};
 use super::reply::{errors, format_g17, parse_f64, parse_i64, Reply};
 
@@ -30,6 +29,16 @@ impl Db {
             keys: Keyspace::default(),
             pubsub: PubSub::default(),
             clock: Clock::new(),
+            scans: ScanCursors::default(),
+        }
+    }
+
+    /// An empty stand-in for `db` while its data is lent out (same clock).
+    pub(crate) fn placeholder(db: &Db) -> Self {
+        Db {
+            keys: Keyspace::default(),
+            pubsub: PubSub::default(),
+            clock: db.clock,
             scans: ScanCursors::default(),
         }
     }
@@ -68,8 +77,13 @@ impl Spec {
         }
     }
 
-    /// Runs the command (arity checked by the caller).
+    /// Runs the command; its arguments are read by position only after
+    /// their number fits the arity (callers check it first, for their own
+    /// wording; this check keeps the positions safe whatever the caller).
     pub(crate) fn run(&self, db: &mut Db, now: Instant, args: &[Vec<u8>]) -> Reply {
+        if !self.arity_fits(args.len()) {
+            return errors::arity(self.name);
+        }
         (self.run)(db, now, args)
     }
 }
@@ -190,14 +204,18 @@ fn int_reply(n: usize) -> Reply {
     Reply::Int(i64::try_from(n).unwrap_or(i64::MAX))
 }
 
-/// `now + ms`, or `None` when it does not fit the clock.
-fn after(now: Instant, ms: i64) -> Option<Instant> {
-    now.checked_add(Duration::from_millis(u64::try_from(ms).ok()?))
+/// The deadline `ms` milliseconds after `now`, or `None` when it does not
+/// fit (Redis: "invalid expire time"); `ms` is positive.
+fn after(db: &Db, now: Instant, ms: i64) -> Option<Ms> {
+    let ms = u64::try_from(ms).ok()?;
+    let deadline = db.clock.ms(now).checked_add(ms)?;
+    // Redis keeps deadlines as milliseconds since the epoch in an i64
+    (deadline < i64::MAX as u64 / 2).then_some(deadline)
 }
 
 /// Milliseconds left until `deadline` (Redis' PTTL).
-fn ms_left(now: Instant, deadline: Instant) -> i64 {
-    i64::try_from(deadline.saturating_duration_since(now).as_millis()).unwrap_or(i64::MAX)
+fn ms_left(db: &Db, now: Instant, deadline: Ms) -> i64 {
+    i64::try_from(deadline.saturating_sub(db.clock.ms(now))).unwrap_or(i64::MAX)
 }
 
 // ---- connection, keys ----
@@ -318,7 +336,7 @@ fn set(db: &mut Db, now: Instant, args: &[Vec<u8>]) -> Reply {
         match ttl {
             Ttl::Clear => db.keys.set(key, data, None),
             Ttl::Keep => db.keys.replace(key, data),
-            Ttl::Ms(ms) => match after(now, ms) {
+            Ttl::Ms(ms) => match after(db, now, ms) {
                 Some(deadline) => db.keys.set(key, data, Some(deadline)),
                 None => return errors::invalid_expire("set"),
             },
@@ -521,7 +539,7 @@ fn expire_generic(db: &mut Db, now: Instant, args: &[Vec<u8>], name: &str, unit_
         return Reply::Int(0);
     };
     // the new deadline as milliseconds from now, to compare with the current one
-    let current_ms = current.map(|d| ms_left(now, d));
+    let current_ms = current.map(|d| ms_left(db, now, d));
     let refused = (nx && current.is_some())
         || (xx && current.is_none())
         || (gt && current_ms.is_none_or(|c| ms <= c))
@@ -533,7 +551,7 @@ fn expire_generic(db: &mut Db, now: Instant, args: &[Vec<u8>], name: &str, unit_
         db.keys.remove(key);
         return Reply::Int(1);
     }
-    match after(now, ms) {
+    match after(db, now, ms) {
         Some(deadline) => {
             db.keys.set_deadline(key, Some(deadline));
             Reply::Int(1)
@@ -547,7 +565,7 @@ fn pttl_of(db: &Db, now: Instant, key: &[u8]) -> i64 {
     match db.keys.deadline(key) {
         None => -2,
         Some(None) => -1,
-        Some(Some(deadline)) => ms_left(now, deadline),
+        Some(Some(deadline)) => ms_left(db, now, deadline),
     }
 }
 

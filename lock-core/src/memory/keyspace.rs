@@ -2,8 +2,10 @@
 //! expiry on tokio's clock, the clock `TIME` reads, and Redis' glob
 //! matching (`SCAN … MATCH`).
 //!
-//! Expiry follows Redis: a key whose deadline has passed (`now > deadline`,
-//! milliseconds as Redis counts them) no longer exists for any command.
+//! Expiry follows Redis: deadlines and "now" are whole milliseconds (on
+//! tokio's clock, counted from the server's start), and a key whose
+//! deadline has passed (`now > deadline`) no longer exists for any
+//! command.
 //! Every command and every script first removes the keys whose deadline
 //! has passed at the instant it starts (one instant per command or script:
 //! Redis 7 also freezes the clock a script sees for expiry), through an
@@ -173,10 +175,13 @@ impl ZSet {
     }
 }
 
+/// Milliseconds on the server's clock ([`Clock::ms`]).
+pub(crate) type Ms = u64;
+
 #[derive(Debug)]
 struct Entry {
     data: Data,
-    deadline: Option<Instant>,
+    deadline: Option<Ms>,
 }
 
 /// Every key, sorted by name (`SCAN` resumes after the last key it gave),
@@ -184,12 +189,12 @@ struct Entry {
 #[derive(Debug, Default)]
 pub(crate) struct Keyspace {
     entries: BTreeMap<Vec<u8>, Entry>,
-    deadlines: BTreeSet<(Instant, Vec<u8>)>,
+    deadlines: BTreeSet<(Ms, Vec<u8>)>,
 }
 
 impl Keyspace {
     /// Removes every key whose deadline passed before `now`.
-    pub(crate) fn expire_due(&mut self, now: Instant) {
+    pub(crate) fn expire_due(&mut self, now: Ms) {
         while let Some((deadline, _)) = self.deadlines.first() {
             if *deadline >= now {
                 break;
@@ -225,7 +230,7 @@ impl Keyspace {
 
     /// Stores `data` at `key` with `deadline`, replacing any value and
     /// deadline it had (SET).
-    pub(crate) fn set(&mut self, key: &[u8], data: Data, deadline: Option<Instant>) {
+    pub(crate) fn set(&mut self, key: &[u8], data: Data, deadline: Option<Ms>) {
         let old = self.entries.insert(key.to_vec(), Entry { data, deadline });
         if let Some(Entry {
             deadline: Some(old),
@@ -269,12 +274,12 @@ impl Keyspace {
     }
 
     /// `None` when `key` does not exist, else its deadline (`None`: none).
-    pub(crate) fn deadline(&self, key: &[u8]) -> Option<Option<Instant>> {
+    pub(crate) fn deadline(&self, key: &[u8]) -> Option<Option<Ms>> {
         self.entries.get(key).map(|e| e.deadline)
     }
 
     /// Sets or clears the deadline of an existing `key`; whether it exists.
-    pub(crate) fn set_deadline(&mut self, key: &[u8], deadline: Option<Instant>) -> bool {
+    pub(crate) fn set_deadline(&mut self, key: &[u8], deadline: Option<Ms>) -> bool {
         let Some(entry) = self.entries.get_mut(key) else {
             return false;
         };
@@ -319,7 +324,7 @@ impl Keyspace {
 /// The server's clock: tokio's (so a paused runtime's virtual time moves
 /// expiry and `TIME` alike), with the wall-clock time taken at the start
 /// as `TIME`'s origin.
-#[derive(Debug)]
+#[derive(Clone, Copy, Debug)]
 pub(crate) struct Clock {
     origin: Instant,
     wall_origin: Duration,
@@ -334,6 +339,13 @@ impl Clock {
                 .duration_since(UNIX_EPOCH)
                 .unwrap_or_default(),
         }
+    }
+
+    /// `now` in whole milliseconds since the clock started (Redis counts
+    /// deadlines in milliseconds: `PTTL` right after `PEXPIRE k 30000` is
+    /// 30000 whatever fraction of a millisecond passed).
+    pub(crate) fn ms(&self, now: Instant) -> Ms {
+        u64::try_from(now.saturating_duration_since(self.origin).as_millis()).unwrap_or(u64::MAX)
     }
 
     /// `TIME` at `now`: seconds and microseconds since the Unix epoch.
@@ -507,30 +519,35 @@ mod tests {
 
     #[test]
     fn keys_expire_after_their_deadline_only() {
-        let now = Instant::now();
         let mut keys = Keyspace::default();
-        keys.set(
-            b"a",
-            Data::Str(b"1".to_vec()),
-            Some(now + Duration::from_millis(10)),
-        );
+        keys.set(b"a", Data::Str(b"1".to_vec()), Some(10));
         keys.set(b"b", Data::Str(b"2".to_vec()), None);
-        keys.expire_due(now + Duration::from_millis(10));
+        keys.expire_due(10);
         assert!(keys.get(b"a").is_some(), "alive at its deadline");
-        keys.expire_due(now + Duration::from_millis(11));
+        keys.expire_due(11);
         assert!(keys.get(b"a").is_none());
         assert!(keys.get(b"b").is_some());
         // SET replaces the deadline; the old one no longer removes the key.
-        keys.set(
-            b"c",
-            Data::Str(vec![]),
-            Some(now + Duration::from_millis(5)),
-        );
+        keys.set(b"c", Data::Str(vec![]), Some(15));
         keys.set(b"c", Data::Str(vec![]), None);
-        keys.expire_due(now + Duration::from_secs(1));
+        keys.expire_due(1000);
         assert!(keys.get(b"c").is_some());
         assert_eq!(keys.len(), 2);
         let names: Vec<&[u8]> = keys.keys_after(Some(b"b")).map(|(k, _)| k).collect();
         assert_eq!(names, [&b"c"[..]]);
+    }
+
+    #[test]
+    fn the_clock_counts_whole_milliseconds() {
+        let clock = Clock::new();
+        let start = clock.origin;
+        assert_eq!(clock.ms(start + Duration::from_micros(1999)), 1);
+        assert_eq!(clock.ms(start - Duration::from_millis(1)), 0);
+        let (s0, us0) = clock.time(start);
+        let (s1, us1) = clock.time(start + Duration::from_micros(1_500_001));
+        assert_eq!(
+            (s1 * 1_000_000 + u64::from(us1)) - (s0 * 1_000_000 + u64::from(us0)),
+            1_500_001
+        );
     }
 }

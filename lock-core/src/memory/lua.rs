@@ -36,18 +36,23 @@
 //! (its `tostring` is the error text) where Redis gives the `{err = …}`
 //! table; `redis.pcall` gives the table.
 //!
+//! **A time limit** (5 s, real time) stops a script that runs on: Redis
+//! would run it to its end and answer `BUSY` to everyone else until
+//! `SCRIPT KILL`, which nobody could send in one process.
+//!
 //! **One state**, created on first use and kept (per-call set-up is two
 //! tables and two scoped functions; see the module doc of `memory` for the
 //! measured cost). `SCRIPT FLUSH` and a restart drop it, as Redis starts a
 //! new Lua VM then. Scripts are cached by the lower-case hex SHA-1 of their
 //! source; `EVAL` caches too, as Redis 7.0 does.
 
-use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fmt;
 
 use mlua::chunk::ChunkMode;
-use mlua::{Function, Lua, LuaOptions, LuaString, MultiValue, StdLib, Table, Value};
+use mlua::{
+    Function, HookTriggers, Lua, LuaOptions, LuaString, MultiValue, StdLib, Table, Value, VmState,
+};
 use tokio::time::Instant;
 
 use super::commands::{self, Db};
@@ -77,6 +82,16 @@ impl std::error::Error for Fault {}
 /// The chunk name Redis gives every script.
 const CHUNK: &str = "@user_script";
 
+/// How long a script may run before the server stops it (real time: a
+/// paused tokio clock never moves). Redis would run it to its end,
+/// answering `BUSY` to everyone else until `SCRIPT KILL`; in one process
+/// nothing could ever send that, so a script that never ends would hold
+/// the server for good.
+#[cfg(not(test))]
+const SCRIPT_TIME_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+#[cfg(test)]
+const SCRIPT_TIME_LIMIT: std::time::Duration = std::time::Duration::from_millis(200);
+
 /// The Lua state and the compiled scripts.
 pub(crate) struct Engine {
     lua: Lua,
@@ -84,7 +99,6 @@ pub(crate) struct Engine {
     globals: Table,
     /// What scripts see as globals: a read-only view of `globals`.
     env: Table,
-    redis: Table,
     xpcall: Function,
     /// The message handler: turns any error into `{err, source, line}`.
     handler: Function,
@@ -133,7 +147,15 @@ impl Engine {
                 Ok(t)
             })?,
         )?;
-        globals.raw_set("redis", redis.clone())?;
+        redis.raw_set(
+            "call",
+            lua.create_function(|lua, args: MultiValue| dispatch_running(lua, args, true))?,
+        )?;
+        redis.raw_set(
+            "pcall",
+            lua.create_function(|lua, args: MultiValue| dispatch_running(lua, args, false))?,
+        )?;
+        globals.raw_set("redis", redis)?;
 
         // Read-only globals: the view `env` has no fields of its own, reads
         // fall through to `globals`, whose misses are errors.
@@ -162,11 +184,27 @@ impl Engine {
         globals.raw_set("_G", env.clone())?;
 
         let handler = lua.create_function(error_handler)?;
+        lua.set_hook(
+            HookTriggers::new().every_nth_instruction(100_000),
+            |lua, _| {
+                let over = lua
+                    .try_app_data_ref::<Running>()
+                    .ok()
+                    .flatten()
+                    .is_some_and(|r| r.started.elapsed() > SCRIPT_TIME_LIMIT);
+                if over {
+                    return Err(mlua::Error::external(Fault::Reply(format!(
+                        "ERR the script ran for more than {SCRIPT_TIME_LIMIT:?}: the in-memory Redis \
+                         stopped it (Redis would run it on, answering BUSY to everyone else)"
+                    ))));
+                }
+                Ok(VmState::Continue)
+            },
+        )?;
         Ok(Engine {
             lua,
             globals,
             env,
-            redis,
             xpcall,
             handler,
             scripts: HashMap::new(),
@@ -230,36 +268,35 @@ impl Engine {
     ) -> mlua::Result<Reply> {
         self.globals.raw_set("KEYS", self.strings(keys)?)?;
         self.globals.raw_set("ARGV", self.strings(args)?)?;
-        let db = RefCell::new(db);
-        let reply = self.lua.scope(|scope| {
-            let call = scope.create_function(|lua, args: MultiValue| {
-                let mut db = db.try_borrow_mut().map_err(mlua::Error::external)?;
-                dispatch(lua, &mut db, now, args, true)
-            })?;
-            let pcall = scope.create_function(|lua, args: MultiValue| {
-                let mut db = db.try_borrow_mut().map_err(mlua::Error::external)?;
-                dispatch(lua, &mut db, now, args, false)
-            })?;
-            self.redis.raw_set("call", call)?;
-            self.redis.raw_set("pcall", pcall)?;
-            let result: MultiValue = self.xpcall.call((function.clone(), self.handler.clone()))?;
-            let mut result = result.into_iter();
-            let ok = matches!(result.next(), Some(Value::Boolean(true)));
-            let value = result.next().unwrap_or(Value::Nil);
-            Ok(if ok {
-                to_reply(&value, 0)
-            } else {
-                raised_reply(&value, sha)
-            })
+        // The data moves into the Lua state for the run, where `redis.call`
+        // finds it, and back after it (also on a panic).
+        let placeholder = Db::placeholder(db);
+        let data = std::mem::replace(db, placeholder);
+        self.lua.set_app_data(Running {
+            db: data,
+            now,
+            started: std::time::Instant::now(),
         });
-        // the scoped functions are gone; leave no dangling fields behind
-        self.redis.raw_set("call", Value::Nil)?;
-        self.redis.raw_set("pcall", Value::Nil)?;
-        reply
+        let restore = Restore { lua: &self.lua, db };
+        let result: MultiValue = self.xpcall.call((function.clone(), self.handler.clone()))?;
+        drop(restore);
+        let mut result = result.into_iter();
+        let ok = matches!(result.next(), Some(Value::Boolean(true)));
+        let value = result.next().unwrap_or(Value::Nil);
+        Ok(if ok {
+            to_reply(&value, 0)
+        } else {
+            raised_reply(&value, sha)
+        })
     }
 
     /// A Lua array of strings.
     fn strings(&self, items: &[Vec<u8>]) -> mlua::Result<Table> {
+        // text goes onto Lua's stack directly (mlua's fast path for `&str`)
+        let text: Option<Vec<&str>> = items.iter().map(|b| std::str::from_utf8(b).ok()).collect();
+        if let Some(text) = text {
+            return self.lua.create_sequence_from(text);
+        }
         let table = self.lua.create_table_with_capacity(items.len(), 0)?;
         for (i, item) in items.iter().enumerate() {
             table.raw_set(i + 1, self.lua.create_string(item)?)?;
@@ -285,6 +322,39 @@ fn error_reply_text(text: &str) -> String {
         Some((code, message)) => format!("{code} {}", message.trim_matches(['\r', '\n'])),
         None => format!("ERR {}", text.trim_matches(['\r', '\n'])),
     }
+}
+
+/// The data a script run works on, in the Lua state's app data while it
+/// runs.
+struct Running {
+    db: Db,
+    now: Instant,
+    /// When the run started, on the real clock (the time limit).
+    started: std::time::Instant,
+}
+
+/// Moves the data back out of the Lua state when a run ends.
+struct Restore<'a> {
+    lua: &'a Lua,
+    db: &'a mut Db,
+}
+
+impl Drop for Restore<'_> {
+    fn drop(&mut self) {
+        if let Some(running) = self.lua.remove_app_data::<Running>() {
+            *self.db = running.db;
+        }
+    }
+}
+
+/// `redis.call` (`raise`) and `redis.pcall` of the running script.
+fn dispatch_running(lua: &Lua, args: MultiValue, raise: bool) -> mlua::Result<Value> {
+    let mut running = lua
+        .try_app_data_mut::<Running>()
+        .map_err(mlua::Error::external)?
+        .ok_or_else(|| mlua::Error::external(Fault::Reply("ERR no script is running".into())))?;
+    let Running { db, now, .. } = &mut *running;
+    dispatch(lua, db, *now, args, raise)
 }
 
 /// `redis.call` (`raise`) and `redis.pcall`.
@@ -780,6 +850,14 @@ mod tests {
         );
         // the state is still usable after each error
         assert_eq!(eval(&s, "return 1").ok(), Some(Value::Int(1)));
+        // a script that never ends is stopped, its writes kept (as Redis keeps them)
+        let text = error_text(eval(&s, "redis.call('set', 'w', '1') while true do end"));
+        assert!(
+            text.starts_with("ERR the script ran for more than"),
+            "{text}"
+        );
+        assert_eq!(call(&s, &["GET", "w"]).ok(), Some(bulk("1")));
+        assert_eq!(eval(&s, "return 2").ok(), Some(Value::Int(2)));
     }
 
     #[test]
