@@ -191,6 +191,17 @@
 //! arrives later), so the hold count in Redis always equals the guards that
 //! exist.
 //!
+//! # Testing without Redis (feature `memory`)
+//!
+//! With the `memory` feature (usually in `[dev-dependencies]`), clients
+//! built with a `MemoryServer`'s URL (`memory://<name>`) share an
+//! in-memory server of the process that runs the very same Lua scripts, so
+//! tests of code that takes locks — a `LockLayer` router, a
+//! `#[distributed_lock]` fn — run with `cargo test` and nothing installed.
+//! What differs from Redis is listed on `MemoryServer`; the repository's
+//! `examples/tests/in_memory.rs` tests an axum router and an annotated
+//! method this way.
+//!
 //! # Deployments
 //!
 //! - **One server**: `redis://host:6379` (`rediss://` with the `tls` feature).

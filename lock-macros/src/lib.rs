@@ -154,6 +154,9 @@ use proc_macro::TokenStream;
 /// the process-wide default client is used: install it once at startup with
 /// `lock_core::install_default`. Calling an annotated fn without a client
 /// and without a default returns `Error::NoDefaultClient` (not a panic).
+/// In tests, pass a client of an in-memory server (lock-core's `memory`
+/// feature: `LockClient::builder(MemoryServer::new().url())`), or install
+/// one as the default, and no Redis is needed.
 ///
 /// ```no_run
 /// # use lock_core::{distributed_lock, LockClient};

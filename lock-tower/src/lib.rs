@@ -123,6 +123,16 @@
 //! The same with a ready-made extractor:
 //! `LockLayer::new(client, PathSegment::after("accounts").prefix("account:"))`.
 //!
+//! In your own tests, build the client on an in-memory server (lock-core's
+//! `memory` feature) and call the router with `oneshot`, no Redis needed:
+//!
+//! ```rust,ignore
+//! // [dev-dependencies] lock-core = { version = "0.1", features = ["memory"] }
+//! let server = lock_core::MemoryServer::new();
+//! let app = accounts_router(lock_core::LockClient::builder(server.url()).build()?);
+//! let res = app.oneshot(Request::post("/accounts/7/withdraw").body(Body::empty())?).await?;
+//! ```
+//!
 //! # With tonic
 //!
 //! ```no_run
