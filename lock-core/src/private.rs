@@ -235,12 +235,16 @@ fn log_skipped(err: &Error, lock: Option<&Lock>) {
 }
 
 /// The in-memory Redis (feature `memory`), for lock-tests' conformance
-/// suite only: it runs each case on this server and on a real
-/// redis-server and compares. Not a public API; it may change or go in
-/// any release.
+/// suite and lock-sim only: the conformance suite runs each case on this
+/// server and on a real redis-server and compares; lock-sim puts a
+/// simulated network in front of it. Not a public API; it may change or
+/// go in any release.
 #[cfg(feature = "memory")]
-#[derive(Debug, Default)]
-pub struct MemoryServerForTests(crate::memory::Server);
+#[derive(Debug, Default, Clone)]
+pub struct MemoryServerForTests(std::sync::Arc<crate::memory::Server>);
+
+#[cfg(feature = "memory")]
+pub use crate::memory::interpose::{CommandFate, Interposer, MessageFate};
 
 #[cfg(feature = "memory")]
 impl MemoryServerForTests {
@@ -250,7 +254,8 @@ impl MemoryServerForTests {
     }
 
     /// Runs one command (its arguments as Redis receives them); the reply
-    /// as redis-rs returns it from a Redis 7 over RESP2.
+    /// as redis-rs returns it from a Redis 7 over RESP2. Never through the
+    /// simulated network.
     pub fn call(&self, args: &[Vec<u8>]) -> redis::RedisResult<redis::Value> {
         self.0.call(args)
     }
@@ -270,4 +275,49 @@ impl MemoryServerForTests {
     pub fn flush_all(&self) {
         self.0.flush_all();
     }
+
+    /// Registers `name` for this server: `memory://<name>` reaches it, and
+    /// the network sees that name as the link's.
+    pub fn alias(&self, name: &str) {
+        crate::memory::registry::alias(name, &self.0);
+    }
+
+    /// Puts a simulated network between this server and every link
+    /// opened from now on.
+    pub fn set_network(&self, network: std::sync::Arc<dyn Interposer>) {
+        self.0.set_interposer(network);
+    }
+
+    /// A restart that lost every key and takes `down` to come back: links
+    /// open now are reset, new ones refused until then (on a simulated
+    /// network).
+    pub fn restart(&self, down: std::time::Duration) {
+        self.0.restart(down);
+    }
+
+    /// The server's clock runs `fast_ppm` millionths fast from now on,
+    /// after a jump `jump` ahead.
+    pub fn set_clock(&self, fast_ppm: u32, jump: std::time::Duration) {
+        self.0.set_clock(fast_ppm, jump);
+    }
 }
+
+/// The SHA1 of the release script, as `EVALSHA` names it (lock-sim's
+/// planted bug recognises releases by it).
+#[cfg(feature = "memory")]
+pub fn release_script_sha() -> String {
+    crate::protocol::Scripts::new().release.sha().to_owned()
+}
+
+/// Draws this thread's client ids, request-id prefixes, back-off jitter
+/// and owner numbers from `seed` while the value lives (lock-sim: a
+/// replayed seed names everything the same way).
+#[cfg(feature = "memory")]
+pub fn seeded_ids(seed: u64) -> SeededIds {
+    SeededIds(crate::hold::ids::seeded(seed))
+}
+
+/// Keeps a thread's ids seeded (see [`seeded_ids`]).
+#[cfg(feature = "memory")]
+#[derive(Debug)]
+pub struct SeededIds(#[allow(dead_code)] crate::hold::ids::Seeded);

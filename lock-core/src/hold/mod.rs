@@ -36,6 +36,7 @@ pub(crate) mod background;
 pub(crate) mod count;
 pub(crate) mod engine;
 pub(crate) mod eviction;
+pub(crate) mod ids;
 pub(crate) mod queue;
 pub(crate) mod release;
 pub(crate) mod replicas;

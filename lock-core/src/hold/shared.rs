@@ -94,13 +94,13 @@ impl Core {
         cluster: bool,
     ) -> Core {
         Core {
-            client_id: Arc::from(uuid::Uuid::new_v4().to_string()),
+            client_id: Arc::from(super::ids::uuid_v4().to_string()),
             pool,
             scripts: Scripts::new(),
             queues: LocalQueues::default(),
             rtt_us: AtomicU64::new(1000),
-            jitter_state: AtomicU64::new(uuid::Uuid::new_v4().as_u128() as u64),
-            request_id_prefix: uuid::Uuid::new_v4().simple().to_string(),
+            jitter_state: AtomicU64::new(super::ids::random_u128() as u64),
+            request_id_prefix: super::ids::uuid_v4().simple().to_string(),
             request_seq: AtomicU64::new(1),
             error_hook,
             publish_denial_reported: std::sync::atomic::AtomicBool::new(false),
@@ -360,13 +360,7 @@ impl Core {
     }
 }
 
-/// Owner numbers, unique in this process: contexts and context-less
-/// acquisitions draw from the same counter, so they never collide.
-static NEXT_OWNER: AtomicU64 = AtomicU64::new(1);
-
-pub(crate) fn fresh_owner_number() -> u64 {
-    NEXT_OWNER.fetch_add(1, Ordering::Relaxed)
-}
+pub(crate) use super::ids::fresh_owner_number;
 
 /// `d` in whole milliseconds, at least 1.
 pub(crate) fn duration_ms(d: Duration) -> u64 {

@@ -323,34 +323,56 @@ impl Keyspace {
 
 /// The server's clock: tokio's (so a paused runtime's virtual time moves
 /// expiry and `TIME` alike), with the wall-clock time taken at the start
-/// as `TIME`'s origin.
+/// as `TIME`'s origin; a simulation may make it run fast and jump ahead
+/// ([`Clock::set_drift`]).
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Clock {
-    origin: Instant,
     wall_origin: Duration,
+    /// The server time elapsed at `since` (jumps included).
+    base: Duration,
+    since: Instant,
+    /// How many millionths faster than tokio's clock it runs after `since`.
+    fast_ppm: u32,
 }
 
 impl Clock {
     /// A clock whose `TIME` starts at the wall-clock time now.
     pub(crate) fn new() -> Self {
         Clock {
-            origin: Instant::now(),
             wall_origin: SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .unwrap_or_default(),
+            base: Duration::ZERO,
+            since: Instant::now(),
+            fast_ppm: 0,
         }
+    }
+
+    /// The server time elapsed since the clock started, at `now`.
+    fn elapsed(&self, now: Instant) -> Duration {
+        let run = now.saturating_duration_since(self.since);
+        let extra = run.as_nanos() * u128::from(self.fast_ppm) / 1_000_000;
+        self.base + run + Duration::from_nanos(u64::try_from(extra).unwrap_or(u64::MAX))
+    }
+
+    /// From `now` on, runs `fast_ppm` millionths faster than tokio's clock,
+    /// after a jump of `jump` ahead.
+    pub(crate) fn set_drift(&mut self, now: Instant, fast_ppm: u32, jump: Duration) {
+        self.base = self.elapsed(now) + jump;
+        self.since = now;
+        self.fast_ppm = fast_ppm;
     }
 
     /// `now` in whole milliseconds since the clock started (Redis counts
     /// deadlines in milliseconds: `PTTL` right after `PEXPIRE k 30000` is
     /// 30000 whatever fraction of a millisecond passed).
     pub(crate) fn ms(&self, now: Instant) -> Ms {
-        u64::try_from(now.saturating_duration_since(self.origin).as_millis()).unwrap_or(u64::MAX)
+        u64::try_from(self.elapsed(now).as_millis()).unwrap_or(u64::MAX)
     }
 
     /// `TIME` at `now`: seconds and microseconds since the Unix epoch.
     pub(crate) fn time(&self, now: Instant) -> (u64, u32) {
-        let t = self.wall_origin + now.saturating_duration_since(self.origin);
+        let t = self.wall_origin + self.elapsed(now);
         (t.as_secs(), t.subsec_micros())
     }
 }
@@ -540,7 +562,7 @@ mod tests {
     #[test]
     fn the_clock_counts_whole_milliseconds() {
         let clock = Clock::new();
-        let start = clock.origin;
+        let start = clock.since;
         assert_eq!(clock.ms(start + Duration::from_micros(1999)), 1);
         assert_eq!(clock.ms(start - Duration::from_millis(1)), 0);
         let (s0, us0) = clock.time(start);
@@ -549,5 +571,15 @@ mod tests {
             (s1 * 1_000_000 + u64::from(us1)) - (s0 * 1_000_000 + u64::from(us0)),
             1_500_001
         );
+    }
+
+    #[test]
+    fn a_drifting_clock_runs_fast_after_its_jump() {
+        let mut clock = Clock::new();
+        let start = clock.since;
+        clock.set_drift(start + Duration::from_secs(1), 10_000, Duration::from_millis(2));
+        assert_eq!(clock.ms(start + Duration::from_secs(1)), 1_002);
+        // 1 % faster: 10 s of tokio time are 10.1 s of server time.
+        assert_eq!(clock.ms(start + Duration::from_secs(11)), 11_102);
     }
 }

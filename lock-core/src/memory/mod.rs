@@ -63,7 +63,15 @@
 //!
 //! **Restart**: [`Server::flush_all`] is a restart that lost every key:
 //! the keys, the script cache (and the Lua state) and every subscription
-//! (a restart closes every connection) are gone.
+//! (a restart closes every connection) are gone. [`Server::restart`] also
+//! resets the connections of an [interposed](interpose) network and keeps
+//! the server down for a while.
+//!
+//! **Simulation** (`interpose.rs`): an [`interpose::Interposer`] set on a
+//! server decides the fate of each command and message on the way
+//! (delays, reorderings, silences, resets, a command run twice), and
+//! [`Server::set_clock`] makes the server's clock run fast within a drift,
+//! so lock-sim can run many clients through a seeded, replayable network.
 //!
 //! **Cost** (release build, 2 shared cores; this module's `per_call_cost`
 //! test, 100 000 calls each): a plain command (`HGET`) about 0.2 µs; an
@@ -76,6 +84,7 @@
 //! the state (mlua's app data), so `redis.call` is one function made once.
 
 mod commands;
+pub(crate) mod interpose;
 mod keyspace;
 mod lua;
 mod pubsub;
@@ -83,7 +92,9 @@ pub(crate) mod registry;
 mod reply;
 
 use std::fmt;
-use std::sync::{Mutex, MutexGuard};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use redis::{RedisResult, Value};
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -97,6 +108,14 @@ use reply::Reply;
 /// `Send + Sync`: share it behind an `Arc`.
 pub(crate) struct Server {
     state: Mutex<State>,
+    /// The simulated network, when a simulation set one.
+    interposer: Mutex<Option<Arc<dyn interpose::Interposer>>>,
+    /// Bumped by each [`Server::restart`]: links of an older epoch are
+    /// reset (on an interposed network).
+    epoch: AtomicU64,
+    /// Down until then (after a [`Server::restart`]): connections are
+    /// refused.
+    down_until: Mutex<Option<Instant>>,
 }
 
 struct State {
@@ -129,7 +148,56 @@ impl Server {
                 db: Db::new(),
                 engine: None,
             }),
+            interposer: Mutex::new(None),
+            epoch: AtomicU64::new(0),
+            down_until: Mutex::new(None),
         }
+    }
+
+    /// Puts `interposer` between the server and the links opened from now
+    /// on (see [`interpose`]).
+    pub(crate) fn set_interposer(&self, interposer: Arc<dyn interpose::Interposer>) {
+        *self
+            .interposer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner()) = Some(interposer);
+    }
+
+    /// The simulated network, if any.
+    pub(crate) fn interposer(&self) -> Option<Arc<dyn interpose::Interposer>> {
+        self.interposer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// The restart count (see [`Server::restart`]).
+    pub(crate) fn epoch(&self) -> u64 {
+        self.epoch.load(Ordering::SeqCst)
+    }
+
+    /// Whether the server is down at `now` (restarting).
+    pub(crate) fn is_down(&self, now: Instant) -> bool {
+        self.down_until
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some_and(|until| now < until)
+    }
+
+    /// A restart that lost every key ([`Server::flush_all`]), taking
+    /// `down` to come back: on an interposed network, every link open now
+    /// is reset and new ones are refused until then.
+    pub(crate) fn restart(&self, down: Duration) {
+        self.flush_all();
+        self.epoch.fetch_add(1, Ordering::SeqCst);
+        *self.down_until.lock().unwrap_or_else(|p| p.into_inner()) = Some(Instant::now() + down);
+    }
+
+    /// Makes the server's clock (expiry and `TIME`) run `fast_ppm`
+    /// millionths faster than tokio's from now on, and jumps it `jump`
+    /// ahead: the clock drift a simulation plays within.
+    pub(crate) fn set_clock(&self, fast_ppm: u32, jump: Duration) {
+        self.state().db.clock.set_drift(Instant::now(), fast_ppm, jump);
     }
 
     /// The state. A panic while it was held (a bug) leaves it usable: each

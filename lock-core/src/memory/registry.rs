@@ -25,6 +25,14 @@ pub(crate) fn named(name: &str) -> Arc<Server> {
     server
 }
 
+/// Registers `name` for `server` too (an alias: clients connected by it
+/// reach the same server, and an interposed network tells them apart).
+pub(crate) fn alias(name: &str, server: &Arc<Server>) {
+    let mut servers = servers().lock().unwrap_or_else(|p| p.into_inner());
+    servers.retain(|_, server| server.strong_count() > 0);
+    servers.insert(name.to_owned(), Arc::downgrade(server));
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -41,6 +41,12 @@ impl Script {
         cmd
     }
 
+    /// The script's SHA1, as `EVALSHA` names it.
+    #[cfg(feature = "memory")]
+    pub(crate) fn sha(&self) -> &str {
+        &self.sha
+    }
+
     /// `SCRIPT LOAD` for this script.
     pub(crate) fn load_cmd(&self) -> Cmd {
         let mut cmd = redis::cmd("SCRIPT");

@@ -39,6 +39,9 @@ pub(crate) struct Manager {
     /// For connections of blocking commands (`WAIT`): no reply time-out
     /// of redis-rs's own (the callers bound them).
     blocking: bool,
+    /// The reply time-out of in-memory links on a simulated network.
+    #[cfg(feature = "memory")]
+    response_timeout: Option<Duration>,
 }
 
 impl Manager {
@@ -52,6 +55,8 @@ impl Manager {
                 .set_connection_timeout(Some(config.connect_timeout))
                 .set_response_timeout(Some(config.command_timeout)),
             blocking: false,
+            #[cfg(feature = "memory")]
+            response_timeout: Some(config.command_timeout),
         })
     }
 
@@ -62,6 +67,8 @@ impl Manager {
             endpoint: self.endpoint.clone(),
             config: self.config.clone().set_response_timeout(None),
             blocking: true,
+            #[cfg(feature = "memory")]
+            response_timeout: None,
         }
     }
 
@@ -228,11 +235,21 @@ impl Conn {
         self.broken.load(Ordering::Relaxed)
     }
 
+    /// One connection to one node (not a cluster's set of them).
+    fn is_one_connection(&self) -> bool {
+        match self.inner {
+            Link::Node(_) => true,
+            Link::Cluster(_) => false,
+            #[cfg(feature = "memory")]
+            Link::Memory(_) => true,
+        }
+    }
+
     /// What marks this connection suspect once a caller gives up waiting
     /// for a reply on it (see [`Suspect`]).
     pub(crate) fn suspect(&self) -> Suspect {
         Suspect {
-            broken: matches!(self.inner, Link::Node(_)).then(|| self.broken.clone()),
+            broken: self.is_one_connection().then(|| self.broken.clone()),
         }
     }
 }
@@ -514,9 +531,7 @@ impl bb8::ManageConnection for Manager {
         let inner = match &*self.endpoint {
             Endpoint::Cluster(cluster) => Link::Cluster(cluster.connect(self.blocking).await?),
             #[cfg(feature = "memory")]
-            Endpoint::Memory(server) => Link::Memory(
-                crate::transport::memory_link::MemoryLink::new(server.clone()),
-            ),
+            Endpoint::Memory(server) => Link::Memory(server.connect(self.response_timeout)),
             _ => {
                 let client = self.endpoint.client().await?;
                 let mut inner = client

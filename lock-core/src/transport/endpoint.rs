@@ -36,7 +36,7 @@ pub(crate) enum Endpoint {
     Cluster(Box<ClusterNodes>),
     /// An in-memory server of this process (feature `memory`).
     #[cfg(feature = "memory")]
-    Memory(std::sync::Arc<crate::memory::Server>),
+    Memory(crate::transport::memory_link::MemoryEndpoint),
 }
 
 impl Endpoint {
@@ -47,7 +47,9 @@ impl Endpoint {
         }
         if let Some(url) = MemoryUrl::parse(&config.url)? {
             #[cfg(feature = "memory")]
-            return Ok(Endpoint::Memory(crate::memory::registry::named(&url.name)));
+            return Ok(Endpoint::Memory(
+                crate::transport::memory_link::MemoryEndpoint::new(&url.name),
+            ));
             #[cfg(not(feature = "memory"))]
             return Err(Error::InvalidArgument(format!(
                 "{} (memory://{})",
