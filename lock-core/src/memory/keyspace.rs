@@ -577,7 +577,11 @@ mod tests {
     fn a_drifting_clock_runs_fast_after_its_jump() {
         let mut clock = Clock::new();
         let start = clock.since;
-        clock.set_drift(start + Duration::from_secs(1), 10_000, Duration::from_millis(2));
+        clock.set_drift(
+            start + Duration::from_secs(1),
+            10_000,
+            Duration::from_millis(2),
+        );
         assert_eq!(clock.ms(start + Duration::from_secs(1)), 1_002);
         // 1 % faster: 10 s of tokio time are 10.1 s of server time.
         assert_eq!(clock.ms(start + Duration::from_secs(11)), 11_102);

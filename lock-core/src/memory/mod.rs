@@ -157,10 +157,7 @@ impl Server {
     /// Puts `interposer` between the server and the links opened from now
     /// on (see [`interpose`]).
     pub(crate) fn set_interposer(&self, interposer: Arc<dyn interpose::Interposer>) {
-        *self
-            .interposer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner()) = Some(interposer);
+        *self.interposer.lock().unwrap_or_else(|p| p.into_inner()) = Some(interposer);
     }
 
     /// The simulated network, if any.
@@ -197,7 +194,10 @@ impl Server {
     /// millionths faster than tokio's from now on, and jumps it `jump`
     /// ahead: the clock drift a simulation plays within.
     pub(crate) fn set_clock(&self, fast_ppm: u32, jump: Duration) {
-        self.state().db.clock.set_drift(Instant::now(), fast_ppm, jump);
+        self.state()
+            .db
+            .clock
+            .set_drift(Instant::now(), fast_ppm, jump);
     }
 
     /// The state. A panic while it was held (a bug) leaves it usable: each

@@ -120,7 +120,11 @@ fn args_of(cmd: &Cmd) -> Vec<Vec<u8>> {
 }
 
 /// Runs `work` on `server`: one reply per command asked for.
-fn run(server: &Server, interposer: Option<(&dyn Interposer, &str)>, work: &Work) -> RedisResult<Vec<Value>> {
+fn run(
+    server: &Server,
+    interposer: Option<(&dyn Interposer, &str)>,
+    work: &Work,
+) -> RedisResult<Vec<Value>> {
     let args = |command: &Vec<Vec<u8>>| match interposer {
         Some((interposer, name)) => interposer.rewrite(name, command.clone()),
         None => command.clone(),
