@@ -172,6 +172,8 @@ impl Interposer for Network {
         let fate = self.decide(link);
         if !matches!(fate, CommandFate::Deliver { .. }) || self.is_late(&fate) {
             self.note(link, commands, &fate);
+        } else if let Some(log) = self.log.get() {
+            log.detail(format!("net {link}: {} {fate:?}", describe(commands)));
         }
         fate
     }

@@ -260,6 +260,20 @@ impl Observer {
         }
     }
 
+    /// Records `line` in the trace only when the trace is kept, and not in
+    /// its digest (details a replay prints: every command on the network).
+    pub(crate) fn detail(&self, line: impl AsRef<str>) {
+        let mut inner = self.inner();
+        if inner.keep_trace {
+            let line = format!(
+                "{:>10.3}ms {}",
+                self.now().as_secs_f64() * 1000.0,
+                line.as_ref()
+            );
+            inner.trace.push(line);
+        }
+    }
+
     /// Records a broken invariant.
     pub(crate) fn violation(&self, invariant: Invariant, detail: String) {
         let at = self.now();

@@ -615,6 +615,9 @@ impl Target {
         };
         let (bound, until) = (core.command_bound(), call.until);
         let retry_limit = move || limit_until(bound, [until, outage_end]);
+        // The one retry must start by then, so the cancellation before it
+        // is awaited no longer (past it, it finishes in the background).
+        let retry_by = [until, outage_end].into_iter().flatten().min();
         // Counted as running until the call ends, even when the caller
         // stopped waiting for it (shutdown waits for it, then gives back
         // what it was granted).
@@ -622,14 +625,14 @@ impl Target {
         RunToEnd::new(
             async move {
                 let _running = running;
-                match lock.attempt_now(context, lease, waiter_id, true, limit).await {
+                match lock.attempt_now(context, lease, waiter_id, Some(retry_by), limit).await {
                     // A connection the server had closed: the attempt was
                     // cancelled (undone or refused), so one more attempt, under
                     // a new owner id, on a fresh connection is safe.
                     Err(e) if e.is_stale_connection() => match retry_limit() {
                         Some(limit) => {
                             tracing::debug!(error = %e, "lock acquire met a closed connection; retrying once");
-                            lock.attempt_now(context, lease, waiter_id, false, limit).await
+                            lock.attempt_now(context, lease, waiter_id, None, limit).await
                         }
                         None => Err(e),
                     },
@@ -645,14 +648,18 @@ impl Target {
         .await
     }
 
-    /// `first_try`: a closed connection is then cancelled before returning,
-    /// so that the caller's one retry does not find this attempt's hold.
+    /// `first_try` (`Some(retry_by)`): a closed connection is then
+    /// cancelled before returning, so that the caller's one retry does not
+    /// find this attempt's hold — awaited until `retry_by` at most (the
+    /// caller's bound, or the end of the outage it rides out): when no
+    /// retry can follow, the cancellation finishes in the background and
+    /// the caller hears the error by its bound.
     async fn attempt_now(
         &self,
         context: Option<u64>,
         lease: Option<Duration>,
         waiter_id: Option<u64>,
-        first_try: bool,
+        first_try: Option<Option<Instant>>,
         limit: Duration,
     ) -> Result<Attempt> {
         let core = &self.engine.core;
@@ -677,15 +684,31 @@ impl Target {
                 reply
             }
             Err(e) => {
-                if first_try && e.is_stale_connection() {
+                if let (Some(retry_by), true) = (first_try, e.is_stale_connection()) {
                     // Cancelled now, on a fresh connection: the retry that
                     // follows must not find this attempt's hold.
-                    if let Err(undo) = core
-                        .cancel(&self.keys, &owner, CancelMode::New, &latch, lease_ms)
-                        .await
-                    {
-                        tracing::warn!(error = %undo, "cancelling an acquire with a lost reply failed; it expires with its lease");
-                        return Err(undo);
+                    let undo = core.cancel(&self.keys, &owner, CancelMode::New, &latch, lease_ms);
+                    let undone = match retry_by {
+                        Some(by) => tokio::time::timeout_at(by, undo).await.ok(),
+                        None => Some(undo.await),
+                    };
+                    match undone {
+                        Some(Ok(_)) => {}
+                        Some(Err(undo)) => {
+                            tracing::warn!(error = %undo, "cancelling an acquire with a lost reply failed; it expires with its lease");
+                            return Err(undo);
+                        }
+                        None => {
+                            // Out of time: no retry follows.
+                            self.engine.core.spawn_job(ReleaseJob::Cancel {
+                                keys: self.keys.clone(),
+                                owner,
+                                mode: CancelMode::New,
+                                latch,
+                                lease_ms,
+                            });
+                            return Err(e);
+                        }
                     }
                 } else if e.is_transient() {
                     // The script may have run and its reply been lost (or

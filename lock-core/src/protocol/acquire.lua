@@ -14,7 +14,9 @@
 -- mode 'new': ARGV[2] is an owner id never used before. Its latch exists
 --   only when the attempt was cancelled (see cancel.lua): then nothing is
 --   applied. A free lock whose turn belongs to another client (for a moment
---   after a release, see release.lua) is not taken. Returns {1, token}
+--   after a release, see release.lua) is not taken. A lock that ARGV[2]
+--   holds already was taken by an earlier copy of this same request (it ran
+--   twice): answered as acquired again, nothing added. Returns {1, token}
 --   acquired, {0, pttl} held by another owner (or reserved: pttl of the
 --   turn), {-2, 0} cancelled.
 -- mode 're': re-enter the hold ARGV[2] if it still exists (never creates
@@ -32,6 +34,18 @@ local function wait_in_line()
     redis.call('zadd', KEYS[4], 'NX', tonumber(now[1]) * 1000000 + tonumber(now[2]), ARGV[6])
     redis.call('pexpire', KEYS[4], ARGV[4])
   end
+end
+-- The next fencing token: the server clock, or one above the last.
+local function next_token()
+  local now = redis.call('time')
+  local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  -- one call in the usual case: store the clock, get the last token back
+  local last = tonumber(redis.call('set', KEYS[2], string.format('%.0f', token), 'px', ARGV[4], 'get'))
+  if last ~= nil and last >= token then
+    token = last + 1
+    redis.call('set', KEYS[2], string.format('%.0f', token), 'px', ARGV[4])
+  end
+  return token
 end
 local mode = ARGV[3]
 -- One call in the usual case (a new hold of a free lock: no latch, no
@@ -69,15 +83,17 @@ if fast or redis.call('exists', KEYS[1]) == 0 then
   end
   -- The token first: a failure there (a key of another type) must not
   -- leave a hold behind.
-  local now = redis.call('time')
-  local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
-  -- one call in the usual case: store the clock, get the last token back
-  local last = tonumber(redis.call('set', KEYS[2], string.format('%.0f', token), 'px', ARGV[4], 'get'))
-  if last ~= nil and last >= token then
-    token = last + 1
-    redis.call('set', KEYS[2], string.format('%.0f', token), 'px', ARGV[4])
-  end
+  local token = next_token()
   redis.call('hincrby', KEYS[1], ARGV[2], 1)
+  redis.call('pexpire', KEYS[1], ARGV[1])
+  return {1, token}
+end
+if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+  -- A second copy of this very attempt (the command ran twice: a retry
+  -- under the client, as a cluster client's after a time-out): the first
+  -- copy made the hold, so answer as it did, with a token above the last
+  -- (the count stays 1, the lease is renewed).
+  local token = next_token()
   redis.call('pexpire', KEYS[1], ARGV[1])
   return {1, token}
 end
