@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use crate::support;
 use lock_core::{LockClient, Result};
-use lock_tests::FaultProxy;
+use lock_tests::{CommandMatch, CutKind, Fault, FaultProxy};
 
 const SLACK: Duration = Duration::from_millis(500);
 
@@ -181,4 +181,69 @@ async fn waits_end_by_their_rule_when_redis_is_killed_mid_wait() {
     // Woken by the pub/sub connection's loss, it tries at once; the outage
     // is ridden out for connect + command time-out.
     assert!(after <= connect + command + SLACK, "{after:?}");
+}
+
+/// Found by lock-sim (seed 258): an attempt whose connection was reset is
+/// cancelled on a fresh connection before the one retry, and that
+/// cancellation was awaited whatever the wait bound — past it, while Redis
+/// did not answer. Now it is awaited until the bound at most; the rest
+/// finishes in the background.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reset_attempt_is_not_cancelled_past_the_wait_bound() {
+    let server = support::server();
+    let holder = support::client_for(&server, 30_000);
+    let _held = holder
+        .lock("reset-mid-wait")
+        .expect("name")
+        .acquire()
+        .await
+        .expect("hold");
+    let proxy = FaultProxy::start(server.addr()).expect("proxy");
+    let command = Duration::from_secs(2);
+    let client = LockClient::builder(proxy.url())
+        .connect_timeout(Duration::from_secs(1))
+        .command_timeout(command)
+        .build()
+        .expect("client");
+    let lock = client.lock("reset-mid-wait").expect("name");
+    // Redis has answered this client before.
+    assert!(lock.try_acquire().await.expect("busy").is_none());
+    let cut = proxy.fault_next(
+        CommandMatch::name("EVALSHA").with_exact_arg(support::acquire_sha()),
+        Fault::CutReply {
+            after: 0,
+            how: CutKind::Rst,
+        },
+    );
+    // The cancellation's first copy is held up past its command time-out.
+    let held_up = proxy.fault_next(
+        CommandMatch::name("EVALSHA").with_exact_arg(support::cancel_sha()),
+        Fault::DelayCommand(Duration::from_secs(5)),
+    );
+    let wait = Duration::from_millis(400);
+    let (_, out) = timed(
+        "acquire_timeout(400ms), its attempt reset, the cancellation held up",
+        wait,
+        lock.acquire_timeout(wait),
+    )
+    .await;
+    assert!(cut.wait_fired(Duration::from_secs(1)), "the attempt was cut");
+    assert!(held_up.wait_fired(Duration::from_secs(1)), "the cancellation was sent");
+    assert!(out.is_err(), "the lock is held elsewhere: {out:?}");
+    // The cancellation finishes in the background: nothing of the
+    // attempt stays in Redis beside the holder's hold.
+    let mut conn = support::raw(&server).await;
+    let deadline = Instant::now() + command * 3;
+    loop {
+        let fields: Vec<String> = redis::cmd("HKEYS")
+            .arg("reset-mid-wait")
+            .query_async(&mut conn)
+            .await
+            .expect("HKEYS");
+        assert!(fields.len() <= 1, "{fields:?}");
+        if Instant::now() > deadline {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
