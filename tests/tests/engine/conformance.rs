@@ -255,6 +255,16 @@ fn cases() -> Vec<(&'static str, Vec<Step>)> {
     ));
     let a = k();
     table.push((
+        "acquire: a second copy of one new attempt (run twice) → {1, token} again, count 1",
+        vec![
+            step_as(Rule::Token, a.new_hold("c1:1", "c1")),
+            step_as(Rule::Token, a.new_hold("c1:1", "c1")),
+            cmd(&["HGETALL", &a.lock]),
+            ruled(Rule::Ttl, &["PTTL", &a.lock]),
+        ],
+    ));
+    let a = k();
+    table.push((
         "acquire: held by another owner → {0, pttl}; a single attempt stays out of the line",
         vec![
             step_as(Rule::Token, a.new_hold("c1:1", "c1")),
