@@ -222,6 +222,7 @@ impl HeldLock {
         let hold = self.hold.clone();
         tokio::spawn(async move {
             tokio::select! {
+                biased;
                 _ = hold.ended() => watched.cancel(),
                 _ = watched.cancelled() => {}
             }

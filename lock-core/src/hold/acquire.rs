@@ -328,6 +328,7 @@ impl Target {
         };
         let closed = &self.engine.core.closed;
         let out = tokio::select! {
+            biased;
             out = self.wait_in_line(call, &ticket, context, options, deadline) => out,
             // Shut down: the wait ends (cancel-safe, like a dropped acquire).
             _ = closed.cancelled() => Err(Error::Closed),
@@ -398,6 +399,7 @@ impl Target {
                 Turn::Wait => {
                     waiting.began("local-queue");
                     tokio::select! {
+                        biased;
                         _ = waiter.notify.notified() => {}
                         _ = until_deadline() => {}
                     }
@@ -418,6 +420,7 @@ impl Target {
                 Turn::HeldLocally { hold } => {
                     waiting.began("local-holder");
                     tokio::select! {
+                        biased;
                         _ = waiter.notify.notified() => {}
                         _ = hold.lost() => {}
                         _ = until_deadline() => {}
@@ -440,6 +443,7 @@ impl Target {
                         }
                     };
                     tokio::select! {
+                        biased;
                         _ = sub.woken() => queues.unlock_heard_in_step_back(&self.keys.lock),
                         _ = waiter.notify.notified() => {}
                         _ = tokio::time::sleep_until(until) => queues.step_back_ran_out(&self.keys.lock),
@@ -550,6 +554,7 @@ impl Target {
                         _ => Duration::from_millis(1),
                     };
                     tokio::select! {
+                        biased;
                         // Every waiting client was told at once; no need to
                         // draw lots: the release gave the turn to the client
                         // that has waited longest (see `release.lua`), and

@@ -290,6 +290,7 @@ impl Hold {
     /// Resolves when the hold is lost or has ended, whichever comes first.
     pub(crate) async fn ended(&self) {
         tokio::select! {
+            biased;
             _ = self.ended.cancelled() => {}
             _ = self.lost() => {}
         }
@@ -325,6 +326,7 @@ impl Hold {
             }
             let deadline = self.deadline();
             tokio::select! {
+                biased;
                 _ = self.lost.cancelled() => return,
                 _ = tokio::time::sleep_until(deadline) => {
                     if !self.is_valid() {

@@ -212,6 +212,7 @@ impl SlotMap {
         let shutdown = shutdown.clone();
         tokio::spawn(async move {
             let read = tokio::select! {
+                biased;
                 read = read(&core, routes, bound) => read,
                 _ = shutdown.cancelled() => None,
             };

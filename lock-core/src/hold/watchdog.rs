@@ -696,6 +696,7 @@ async fn run(
             slot_map.refresh_if_due(&core, period, map_bound, &shutdown);
         }
         let woke = tokio::select! {
+            biased;
             _ = shutdown.cancelled() => Woke::Shutdown,
             Some(done) = calls.next(), if !calls.is_empty() => Woke::Settle(Box::new(done)),
             _ = wake.notified(), if next_due.is_none() => Woke::Registered,

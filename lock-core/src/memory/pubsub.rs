@@ -9,7 +9,7 @@
 //! that never reads keeps its messages (Redis would disconnect it once its
 //! output buffer limit was reached).
 
-use std::collections::HashMap;
+use std::collections::BTreeMap;
 
 use tokio::sync::mpsc::{unbounded_channel, UnboundedReceiver, UnboundedSender};
 
@@ -25,15 +25,15 @@ pub(crate) enum Namespace {
 /// The subscribers of every channel.
 #[derive(Debug, Default)]
 pub(crate) struct PubSub {
-    classic: HashMap<Vec<u8>, Vec<UnboundedSender<Vec<u8>>>>,
-    sharded: HashMap<Vec<u8>, Vec<UnboundedSender<Vec<u8>>>>,
+    classic: BTreeMap<Vec<u8>, Vec<UnboundedSender<Vec<u8>>>>,
+    sharded: BTreeMap<Vec<u8>, Vec<UnboundedSender<Vec<u8>>>>,
 }
 
 impl PubSub {
     fn channels(
         &mut self,
         namespace: Namespace,
-    ) -> &mut HashMap<Vec<u8>, Vec<UnboundedSender<Vec<u8>>>> {
+    ) -> &mut BTreeMap<Vec<u8>, Vec<UnboundedSender<Vec<u8>>>> {
         match namespace {
             Namespace::Classic => &mut self.classic,
             Namespace::Sharded => &mut self.sharded,

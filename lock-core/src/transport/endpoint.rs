@@ -152,6 +152,7 @@ async fn watch_sentinels(endpoint: Arc<Endpoint>, shutdown: CancellationToken) {
             Ok::<_, RedisError>(pubsub)
         };
         let connected = tokio::select! {
+            biased;
             _ = shutdown.cancelled() => return,
             r = tokio::time::timeout(sentinel.connect_timeout + sentinel.command_timeout, connect) => r,
         };
@@ -160,6 +161,7 @@ async fn watch_sentinels(endpoint: Arc<Endpoint>, shutdown: CancellationToken) {
             _ => {
                 tracing::debug!(sentinel = %sentinel.sentinel_addrs[index], "cannot listen for failovers on this sentinel; trying the next");
                 tokio::select! {
+                    biased;
                     _ = shutdown.cancelled() => return,
                     _ = tokio::time::sleep(backoff) => {}
                 }
@@ -175,6 +177,7 @@ async fn watch_sentinels(endpoint: Arc<Endpoint>, shutdown: CancellationToken) {
         let mut messages = pubsub.on_message();
         loop {
             let message = tokio::select! {
+                biased;
                 _ = shutdown.cancelled() => return,
                 m = messages.next() => m,
             };

@@ -227,8 +227,14 @@ async fn a_reset_attempt_is_not_cancelled_past_the_wait_bound() {
         lock.acquire_timeout(wait),
     )
     .await;
-    assert!(cut.wait_fired(Duration::from_secs(1)), "the attempt was cut");
-    assert!(held_up.wait_fired(Duration::from_secs(1)), "the cancellation was sent");
+    assert!(
+        cut.wait_fired(Duration::from_secs(1)),
+        "the attempt was cut"
+    );
+    assert!(
+        held_up.wait_fired(Duration::from_secs(1)),
+        "the cancellation was sent"
+    );
     assert!(out.is_err(), "the lock is held elsewhere: {out:?}");
     // The cancellation finishes in the background: nothing of the
     // attempt stays in Redis beside the holder's hold.

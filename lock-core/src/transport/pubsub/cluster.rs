@@ -62,6 +62,7 @@ pub(super) async fn run(
             Ok::<_, redis::RedisError>((conn, sharded))
         };
         let connected = tokio::select! {
+            biased;
             _ = shutdown.cancelled() => return,
             r = tokio::time::timeout(connect_timeout + command_timeout, connect) => r,
         };
@@ -105,6 +106,7 @@ pub(super) async fn run(
 
         loop {
             tokio::select! {
+                biased;
                 _ = shutdown.cancelled() => return,
                 command = commands.recv() => match command {
                     None => return,

@@ -28,6 +28,7 @@ pub(super) async fn run(
     let mut forwarders: HashMap<String, JoinHandle<()>> = HashMap::new();
     loop {
         let command = tokio::select! {
+            biased;
             _ = shutdown.cancelled() => break,
             command = commands.recv() => command,
         };

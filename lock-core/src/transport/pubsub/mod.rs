@@ -9,7 +9,7 @@
 //! subscribed again and every waiter is woken once more, so no unlock that
 //! happened in between is missed for longer than one retry.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -73,7 +73,9 @@ pub(crate) enum Status {
 
 #[derive(Debug, Default)]
 struct State {
-    channels: HashMap<String, Channel>,
+    /// By name, in order: waking every channel (a lost connection) wakes
+    /// them in the same order each time (a seeded simulation replays).
+    channels: BTreeMap<String, Channel>,
     next_generation: u64,
 }
 
@@ -386,6 +388,7 @@ async fn run(
                 .map_err(|e| crate::transport::endpoint::cannot_connect(&client, e))
         };
         let connected = tokio::select! {
+            biased;
             _ = shutdown.cancelled() => return,
             r = tokio::time::timeout(connect_timeout, connect) => r,
         };
@@ -437,6 +440,7 @@ async fn run(
         health.reset();
         loop {
             tokio::select! {
+                biased;
                 _ = shutdown.cancelled() => return,
                 _ = primary_switched(&mut switches) => {
                     tracing::debug!("lock pub/sub moves to the new primary");
@@ -546,6 +550,7 @@ fn is_denied(e: &redis::RedisError) -> bool {
 /// Sleeps for `d`; returns true when the client shut down meanwhile.
 async fn sleep_or_shutdown(shutdown: &CancellationToken, d: Duration) -> bool {
     tokio::select! {
+        biased;
         _ = shutdown.cancelled() => true,
         _ = tokio::time::sleep(d) => false,
     }
