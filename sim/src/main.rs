@@ -47,9 +47,15 @@ fn replay_command(seed: u64, args: &Args) -> String {
 
 fn report(outcome: &Outcome, args: &Args) {
     let seed = outcome.scenario.seed;
+    let mut kinds: std::collections::BTreeMap<String, usize> = std::collections::BTreeMap::new();
+    for v in &outcome.violations {
+        *kinds.entry(v.invariant.to_string()).or_default() += 1;
+    }
+    let kinds: Vec<String> = kinds.iter().map(|(k, n)| format!("{k} {n}")).collect();
     println!(
-        "seed {seed} FAILED: {} violation(s)",
-        outcome.violations.len()
+        "seed {seed} FAILED: {} violation(s) ({})",
+        outcome.violations.len(),
+        kinds.join(", ")
     );
     for v in outcome.violations.iter().take(5) {
         println!("  {v}");

@@ -117,7 +117,7 @@ impl Network {
 
     fn note(&self, link: &str, commands: &[Vec<Vec<u8>>], fate: &CommandFate) {
         if let Some(log) = self.log.get() {
-            log.event(format!("net {link}: {} {fate:?}", describe(commands)));
+            log.event(format!("net {}: {} {fate:?}", client_of(link), describe(commands)));
         }
     }
 
@@ -141,6 +141,12 @@ impl Network {
 fn up_to(rng: &mut fastrand::Rng, max: Duration) -> Duration {
     let max = u64::try_from(max.as_micros()).unwrap_or(u64::MAX);
     Duration::from_micros(if max == 0 { 0 } else { rng.u64(0..=max) })
+}
+
+/// The client a link name (`sim<run>-c<n>`) belongs to: `c<n>` (the run's
+/// number differs between runs of one process; the trace must not).
+fn client_of(link: &str) -> &str {
+    link.rsplit('-').next().unwrap_or(link)
 }
 
 /// A short description of `commands` for the trace: names, and the
@@ -173,7 +179,7 @@ impl Interposer for Network {
         if !matches!(fate, CommandFate::Deliver { .. }) || self.is_late(&fate) {
             self.note(link, commands, &fate);
         } else if let Some(log) = self.log.get() {
-            log.detail(format!("net {link}: {} {fate:?}", describe(commands)));
+            log.detail(format!("net {}: {} {fate:?}", client_of(link), describe(commands)));
         }
         fate
     }
@@ -183,7 +189,8 @@ impl Interposer for Network {
         if fate == MessageFate::Drop {
             if let Some(log) = self.log.get() {
                 log.event(format!(
-                    "net {link}: message on {} lost",
+                    "net {}: message on {} lost",
+                    client_of(link),
                     String::from_utf8_lossy(channel)
                 ));
             }

@@ -123,6 +123,8 @@ struct Inner {
     began: BTreeMap<String, Instant>,
     /// Holds whose count was seen drift.
     drifted: std::collections::BTreeSet<String>,
+    /// Holds seen gone from Redis while valid (reported once each).
+    gone: std::collections::BTreeSet<String>,
     /// Per lock: since when the observer has seen it free.
     free_since: BTreeMap<String, Instant>,
     /// Restarts: when each began and when the server was back.
@@ -223,6 +225,7 @@ impl Observer {
                 max_token: BTreeMap::new(),
                 began: BTreeMap::new(),
                 drifted: std::collections::BTreeSet::new(),
+                gone: std::collections::BTreeSet::new(),
                 free_since: BTreeMap::new(),
                 restarts: Vec::new(),
                 violations: Vec::new(),
@@ -433,6 +436,9 @@ impl Observer {
             }
             let count = count_of(&self.read(&["HGET", key, owner]));
             if count == 0 {
+                if !self.inner().gone.insert(owner.clone()) {
+                    continue;
+                }
                 self.violation(
                     Invariant::CountsMatchGuards,
                     format!("{who}'s valid hold of {key} has {guards} guard(s) but Redis does not have it"),
