@@ -117,7 +117,11 @@ impl Network {
 
     fn note(&self, link: &str, commands: &[Vec<Vec<u8>>], fate: &CommandFate) {
         if let Some(log) = self.log.get() {
-            log.event(format!("net {}: {} {fate:?}", client_of(link), describe(commands)));
+            log.event(format!(
+                "net {}: {} {fate:?}",
+                client_of(link),
+                describe(commands)
+            ));
         }
     }
 
@@ -143,10 +147,16 @@ fn up_to(rng: &mut fastrand::Rng, max: Duration) -> Duration {
     Duration::from_micros(if max == 0 { 0 } else { rng.u64(0..=max) })
 }
 
-/// The client a link name (`sim<run>-c<n>`) belongs to: `c<n>` (the run's
-/// number differs between runs of one process; the trace must not).
+/// A link as the trace names it: `sim<run>-c<n>#<link>` as `c<n>#<link>`
+/// (the run's number differs between runs of one process; the trace must
+/// not).
 fn client_of(link: &str) -> &str {
     link.rsplit('-').next().unwrap_or(link)
+}
+
+/// The client name of a link (`sim<run>-c<n>#<link>` → `sim<run>-c<n>`).
+fn name_of(link: &str) -> &str {
+    link.split('#').next().unwrap_or(link)
 }
 
 /// A short description of `commands` for the trace: names, and the
@@ -157,7 +167,7 @@ fn describe(commands: &[Vec<Vec<u8>>]) -> String {
         .map(|args| {
             let text: Vec<String> = args
                 .iter()
-                .take(9)
+                .take(16)
                 .map(|a| {
                     let s = String::from_utf8_lossy(a);
                     if s.len() == 40 {
@@ -179,7 +189,11 @@ impl Interposer for Network {
         if !matches!(fate, CommandFate::Deliver { .. }) || self.is_late(&fate) {
             self.note(link, commands, &fate);
         } else if let Some(log) = self.log.get() {
-            log.detail(format!("net {}: {} {fate:?}", client_of(link), describe(commands)));
+            log.detail(format!(
+                "net {}: {} {fate:?}",
+                client_of(link),
+                describe(commands)
+            ));
         }
         fate
     }
@@ -198,7 +212,14 @@ impl Interposer for Network {
         fate
     }
 
-    fn rewrite(&self, _link: &str, args: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    fn rewrite(&self, link: &str, args: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+        if let Some(log) = self.log.get() {
+            log.detail(format!(
+                "ran {}: {}",
+                client_of(link),
+                describe(std::slice::from_ref(&args))
+            ));
+        }
         match &self.plant {
             Some(plant) => plant.rewrite(&self.server, args),
             None => args,
@@ -216,7 +237,7 @@ impl Network {
     fn decide(&self, link: &str) -> CommandFate {
         let mut state = self.state();
         state.tally.commands += 1;
-        if state.crashed.iter().any(|c| c == link) {
+        if state.crashed.iter().any(|c| c == name_of(link)) {
             return CommandFate::Silence { runs: false };
         }
         if state.calm {

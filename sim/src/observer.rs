@@ -125,6 +125,15 @@ struct Inner {
     drifted: std::collections::BTreeSet<String>,
     /// Holds seen gone from Redis while valid (reported once each).
     gone: std::collections::BTreeSet<String>,
+    /// Holds whose release failed and was reported: the caller's
+    /// `release()` returned the error, or (a dropped guard's background
+    /// release) the client's error hook was called. Such a hold may stay
+    /// in Redis until its lease runs out.
+    release_failed: std::collections::BTreeSet<String>,
+    /// Per client: the holds whose guards were dropped.
+    dropped: BTreeMap<String, Vec<String>>,
+    /// Clients whose error hook reported a background failure.
+    hook_called: std::collections::BTreeSet<String>,
     /// Per lock: since when the observer has seen it free.
     free_since: BTreeMap<String, Instant>,
     /// Restarts: when each began and when the server was back.
@@ -226,6 +235,9 @@ impl Observer {
                 began: BTreeMap::new(),
                 drifted: std::collections::BTreeSet::new(),
                 gone: std::collections::BTreeSet::new(),
+                release_failed: std::collections::BTreeSet::new(),
+                dropped: BTreeMap::new(),
+                hook_called: std::collections::BTreeSet::new(),
                 free_since: BTreeMap::new(),
                 restarts: Vec::new(),
                 violations: Vec::new(),
@@ -490,20 +502,45 @@ impl Observer {
         }
     }
 
-    /// The lock keys still in Redis (with their owners).
-    pub(crate) fn left_in_redis(&self) -> Vec<String> {
+    /// `owner`'s release returned an error to its caller.
+    pub(crate) fn release_failed(&self, owner: &str) {
+        self.inner().release_failed.insert(owner.to_owned());
+    }
+
+    /// The guard of `owner` (a hold of `client`) was dropped.
+    pub(crate) fn dropped(&self, client: &str, owner: &str) {
+        self.inner()
+            .dropped
+            .entry(client.to_owned())
+            .or_default()
+            .push(owner.to_owned());
+    }
+
+    /// `client`'s error hook was called: a background failure.
+    pub(crate) fn hook_called(&self, client: &str, what: &str) {
+        self.event(format!("{client} error hook: {what}"));
+        self.inner().hook_called.insert(client.to_owned());
+    }
+
+    /// Whether `owner`'s hold may stay in Redis until its lease runs out:
+    /// its release failed and the failure was reported.
+    pub(crate) fn excused_to_stay(&self, owner: &str) -> bool {
+        let inner = self.inner();
+        inner.release_failed.contains(owner)
+            || inner.dropped.iter().any(|(client, owners)| {
+                inner.hook_called.contains(client) && owners.iter().any(|o| o == owner)
+            })
+    }
+
+    /// The holds still in Redis: (lock, owner).
+    pub(crate) fn left_in_redis(&self) -> Vec<(String, String)> {
         let mut left = Vec::new();
         for key in &self.keys {
             if let Value::Array(fields) = self.read(&["HGETALL", key]) {
-                if !fields.is_empty() {
-                    let owners: Vec<String> = fields
-                        .chunks(2)
-                        .filter_map(|pair| match &pair[0] {
-                            Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-                            _ => None,
-                        })
-                        .collect();
-                    left.push(format!("{key} held by {}", owners.join(", ")));
+                for pair in fields.chunks(2) {
+                    if let Value::BulkString(b) = &pair[0] {
+                        left.push((key.clone(), String::from_utf8_lossy(b).into_owned()));
+                    }
                 }
             }
         }

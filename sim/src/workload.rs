@@ -57,6 +57,11 @@ impl Task {
         }
     }
 
+    /// `c<n>` of `c<n>.t<m>`.
+    fn client_name(&self) -> &str {
+        self.who.split('.').next().unwrap_or(&self.who)
+    }
+
     fn failed(&self, what: &str, key: &str, err: &Error) {
         if err.is_wait_timeout() {
             self.observer.count(|a| a.timeouts += 1);
@@ -85,15 +90,20 @@ impl Task {
             self.observer.count(|a| a.lost += 1);
         }
         drop(inside);
+        let owner = guard.owner_id().to_owned();
         if self.rng.u32(0..10) < 7 {
             let key = guard.name().to_owned();
             match guard.release().await {
                 Ok(()) => self.observer.event(format!("{who} released {key}")),
-                Err(err) => self.failed("release", &key, &err),
+                Err(err) => {
+                    self.observer.release_failed(&owner);
+                    self.failed("release", &key, &err);
+                }
             }
         } else {
             self.observer
                 .event(format!("{who} dropped its guard of {}", guard.name()));
+            self.observer.dropped(self.client_name(), &owner);
             drop(guard);
         }
     }
@@ -219,9 +229,13 @@ impl Task {
                         let inside = this.observer.enter(&inner_who, &inner, asked);
                         tokio::time::sleep(up_to(&mut me, this.lease / 2)).await;
                         drop(inside);
+                        let owner = inner.owner_id().to_owned();
                         match inner.release().await {
                             Ok(()) => this.observer.event(format!("{inner_who} released")),
-                            Err(err) => this.failed("release (inner)", lock.name(), &err),
+                            Err(err) => {
+                                this.observer.release_failed(&owner);
+                                this.failed("release (inner)", lock.name(), &err);
+                            }
                         }
                     }
                     Err(err) => this.failed("acquire (inner)", lock.name(), &err),
@@ -234,9 +248,13 @@ impl Task {
             }
             drop(in_outer);
             let key = outer.name().to_owned();
+            let owner = outer.owner_id().to_owned();
             match outer.release().await {
                 Ok(()) => this.observer.event(format!("{who} released {key} (outer)")),
-                Err(err) => this.failed("release (outer)", &key, &err),
+                Err(err) => {
+                    this.observer.release_failed(&owner);
+                    this.failed("release (outer)", &key, &err);
+                }
             }
         })
         .await;

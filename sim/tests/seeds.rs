@@ -74,7 +74,11 @@ fn a_seed_replays_exactly() {
     // A seed with faults, a restart and re-entries.
     let first = run(258, &options).expect("a runtime");
     let again = run(258, &options).expect("a runtime");
-    assert!(first.trace.len() > 100, "a real trace: {}", first.trace.len());
+    assert!(
+        first.trace.len() > 100,
+        "a real trace: {}",
+        first.trace.len()
+    );
     assert_eq!(first.digest, again.digest);
     assert_eq!(first.trace, again.trace);
     let other = run(259, &options).expect("a runtime");

@@ -68,8 +68,10 @@ pub enum MessageFate {
 }
 
 /// The network of an in-memory server: consulted for every command and
-/// every message of the clients connected by a `memory://<name>` URL,
-/// `link` being that name (aliases of one server tell clients apart).
+/// every message of the clients connected by a `memory://<name>` URL. For
+/// a command, `link` is `<name>#<n>`, `n` numbering the server's links
+/// (connections) from 1; for a message, `link` is `<name>` (aliases of
+/// one server tell clients apart).
 pub trait Interposer: Send + Sync + 'static {
     /// The fate of `commands` (one, or a pipeline's) sent on a link of
     /// `link`, decided when it is sent.

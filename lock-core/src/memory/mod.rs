@@ -116,6 +116,8 @@ pub(crate) struct Server {
     /// Down until then (after a [`Server::restart`]): connections are
     /// refused.
     down_until: Mutex<Option<Instant>>,
+    /// Links opened on an interposed network so far (they are numbered).
+    links: AtomicU64,
 }
 
 struct State {
@@ -151,7 +153,13 @@ impl Server {
             interposer: Mutex::new(None),
             epoch: AtomicU64::new(0),
             down_until: Mutex::new(None),
+            links: AtomicU64::new(0),
         }
+    }
+
+    /// The number of the next link opened on an interposed network (from 1).
+    pub(crate) fn next_link(&self) -> u64 {
+        self.links.fetch_add(1, Ordering::SeqCst) + 1
     }
 
     /// Puts `interposer` between the server and the links opened from now

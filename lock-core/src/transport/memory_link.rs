@@ -44,15 +44,16 @@ impl MemoryEndpoint {
     pub(crate) fn connect(&self, response_timeout: Option<Duration>) -> MemoryLink {
         let network = self.server.interposer().map(|interposer| {
             let (queue, jobs) = mpsc::unbounded_channel();
+            let name: Arc<str> = Arc::from(format!("{}#{}", self.name, self.server.next_link()));
             tokio::spawn(carry(
                 self.server.clone(),
-                self.name.clone(),
+                name.clone(),
                 interposer.clone(),
                 jobs,
             ));
             Arc::new(Network {
                 interposer,
-                name: self.name.clone(),
+                name,
                 queue,
                 next_arrival: Mutex::new(Instant::now()),
                 response_timeout,
