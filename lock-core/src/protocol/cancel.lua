@@ -6,7 +6,8 @@
 -- ARGV[1] the hold's owner id, ARGV[2] mode ('new' or 're', as in
 -- acquire.lua), ARGV[3] unlock message, ARGV[4] latch lifetime in ms,
 -- ARGV[5] the publish command ('publish' or 'spublish')
--- Returns 1 when an applied request was undone, 0 otherwise.
+-- Returns 1 when an applied request was undone (a re-entry's count taken off,
+-- the hold kept at count 1 at least), 0 otherwise.
 local first = redis.call('get', KEYS[3])
 redis.call('set', KEYS[3], 'x', 'px', ARGV[4])
 local applied
@@ -19,8 +20,14 @@ end
 if not applied then
   return 0
 end
-if ARGV[2] == 'new' or redis.call('hincrby', KEYS[1], ARGV[1], -1) <= 0 then
+if ARGV[2] == 'new' then
   redis.call('hdel', KEYS[1], ARGV[1])
+elseif tonumber(redis.call('hget', KEYS[1], ARGV[1])) > 1 then
+  -- One count off; never the hold itself: its other guards rely on it, and
+  -- only its last release ends it. (Redis' count can be one short of the
+  -- client's: a late copy of a release applies when a re-entry has made
+  -- the count it names again.)
+  redis.call('hincrby', KEYS[1], ARGV[1], -1)
 end
 if redis.call('exists', KEYS[1]) == 0 then
   redis.pcall(ARGV[5], KEYS[2], ARGV[3]) -- a refusal changes nothing here

@@ -502,6 +502,20 @@ fn cases() -> Vec<(&'static str, Vec<Step>)> {
         ],
     ));
 
+    let a = k();
+    table.push((
+        "cancel: a re-entry applied on a count one short → 1, the hold stays at count 1",
+        vec![
+            step_as(Rule::Token, a.new_hold("c1:0", "c1")),
+            step(a.acquire("c1:0", "re", "c1", "0", LEASE)),
+            // a late release copy took a count the client still counts
+            cmd(&["HINCRBY", &a.lock, "c1:0", "-1"]),
+            step(a.cancel(&a.latch("a-c1:0"), "c1:0", "re")),
+            cmd(&["HGET", &a.lock, "c1:0"]),
+            ruled(Rule::Ttl, &["PTTL", &a.lock]),
+        ],
+    ));
+
     // ---- renew.lua, confirm.lua, force_unlock.lua ----
     let (a, b) = (k(), k());
     table.push((

@@ -212,3 +212,78 @@ async fn a_failed_inner_release_leaves_the_outer_hold_in_place() {
         assert_eq!(exists, 0, "{case}: the last release freed the lock");
     }
 }
+
+/// Found by lock-sim (seed 24404): a late copy of an inner release lands
+/// after a second re-entry made the count it names again (the count drifts
+/// one short: the hold stays), and then that re-entry, its reply lost, is
+/// cancelled. The cancellation took the last count off and ended the hold
+/// under the outer guard; now a cancelled re-entry never ends a hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_reentry_after_a_late_release_copy_never_ends_the_hold() {
+    let server = support::server();
+    let proxy = FaultProxy::start(server.addr()).expect("proxy");
+    let command = Duration::from_millis(300);
+    let client = LockClient::builder(proxy.url())
+        .command_timeout(command)
+        .connect_timeout(command)
+        .watchdog_timeout(Duration::from_secs(6))
+        .build()
+        .expect("client");
+    let observer = support::client_for(&server, 6_000);
+    let mut conn = raw(&server).await;
+    let key = "late-copy-then-cancel";
+    let lock = client.lock(key).expect("name");
+    lock.acquire()
+        .await
+        .expect("warm")
+        .release()
+        .await
+        .expect("warm");
+    in_context(async {
+        let outer = lock.acquire().await.expect("outer");
+        let inner = lock.acquire().await.expect("inner");
+        // The first copy lands between the second re-entry (after the
+        // retry, ~300 ms) and that re-entry's cancellation (~600 ms).
+        let held_up = proxy.fault_next(
+            CommandMatch::name("EVALSHA")
+                .with_exact_arg(release_sha())
+                .with_exact_arg(key),
+            Fault::DelayCommand(Duration::from_millis(450)),
+        );
+        within(Duration::from_secs(5), "inner release", inner.release())
+            .await
+            .expect("the inner release succeeds on its retry");
+        let lost = proxy.fault_next(
+            CommandMatch::name("EVALSHA")
+                .with_exact_arg(support::acquire_sha())
+                .with_exact_arg("re"),
+            Fault::DropReply,
+        );
+        let again = within(Duration::from_secs(5), "re-entry", lock.acquire()).await;
+        assert!(
+            lost.wait_fired(Duration::from_secs(1)),
+            "the re-entry's reply was lost"
+        );
+        assert!(
+            held_up.wait_fired(Duration::from_secs(1)),
+            "the first copy was held up"
+        );
+        if let Ok(g) = again {
+            // Sent once more on a fresh connection: a second guard.
+            drop(g);
+        }
+        // The late copy and the cancellation have landed by now.
+        let seen = observer_gets_in(&observer, key, Duration::from_millis(800)).await;
+        assert!(outer.is_held(), "the outer guard still holds");
+        let count: Option<i64> = cmd(&mut conn, &["HGET", key, outer.owner_id()]).await;
+        assert!(
+            count.is_some_and(|c| c >= 1),
+            "the hold is in Redis: {count:?}"
+        );
+        assert_eq!(seen, 0, "another client got in while the outer guard held");
+        outer.release().await.expect("outer release");
+    })
+    .await;
+    let exists: i64 = cmd(&mut conn, &["EXISTS", key]).await;
+    assert_eq!(exists, 0, "the last release freed the lock");
+}
