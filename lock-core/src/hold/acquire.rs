@@ -821,7 +821,15 @@ impl Target {
         // One change of the hold's count at a time, the new count counted
         // before it is sent: a release running after this one knows it is
         // not the last (see `Hold::change`).
-        let _change = hold.change().await;
+        let _change = match until {
+            // Waiting for another change (a release and its retries) is
+            // waiting too: not past the caller's bound.
+            Some(until) => match tokio::time::timeout_at(until, hold.change()).await {
+                Ok(change) => change,
+                Err(_) => return Err(Error::CommandTimeout),
+            },
+            None => hold.change().await,
+        };
         if hold.counts() == 0 || hold.has_ended() {
             return Ok(Reentry::Gone);
         }
@@ -829,14 +837,14 @@ impl Target {
             return Err(Error::CommandTimeout);
         };
         hold.add_count();
-        let outcome = match self.reenter_once(&hold, lease, true, limit).await {
+        let outcome = match self.reenter_once(&hold, lease, Some(until), limit).await {
             // A connection the server had closed: the attempt was cancelled
             // (undone or refused), so one more, under a new request id, on a
             // fresh connection is safe (as for fresh acquisitions).
             Err(e) if e.is_stale_connection() => match limit_until(bound, [until, None]) {
                 Some(limit) => {
                     tracing::debug!(error = %e, "lock re-entry met a closed connection; retrying once");
-                    self.reenter_once(&hold, lease, false, limit).await
+                    self.reenter_once(&hold, lease, None, limit).await
                 }
                 None => Err(e),
             },
@@ -848,14 +856,16 @@ impl Target {
         outcome
     }
 
-    /// One re-entry request. `first_try`: a closed connection is then
-    /// cancelled before returning, so that the caller's one retry cannot
-    /// be applied on top of this one.
+    /// One re-entry request. `first_try` (`Some(retry_by)`): a closed
+    /// connection is then cancelled before returning, so that the caller's
+    /// one retry cannot be applied on top of this one — awaited until the
+    /// caller's bound at most (past it no retry follows: the cancellation
+    /// finishes in the background).
     async fn reenter_once(
         &self,
         hold: &Arc<Hold>,
         lease: Option<Duration>,
-        first_try: bool,
+        first_try: Option<Option<Instant>>,
         limit: Duration,
     ) -> Result<Reentry> {
         let core = &self.engine.core;
@@ -877,19 +887,29 @@ impl Target {
         {
             Ok(reply) => reply,
             Err(e) => {
-                if first_try && e.is_stale_connection() {
-                    if let Err(undo) = core
-                        .cancel(
-                            &self.keys,
-                            &hold.owner,
-                            CancelMode::Reentry,
-                            &latch,
-                            lease_ms,
-                        )
-                        .await
-                    {
-                        tracing::warn!(error = %undo, "cancelling a re-entry with a lost reply failed; the hold keeps the count until it ends");
-                        return Err(undo);
+                if let (Some(retry_by), true) = (first_try, e.is_stale_connection()) {
+                    let undo = core.cancel(
+                        &self.keys,
+                        &hold.owner,
+                        CancelMode::Reentry,
+                        &latch,
+                        lease_ms,
+                    );
+                    let undone = match retry_by {
+                        Some(by) => tokio::time::timeout_at(by, undo).await.ok(),
+                        None => Some(undo.await),
+                    };
+                    match undone {
+                        Some(Ok(_)) => {}
+                        Some(Err(undo)) => {
+                            tracing::warn!(error = %undo, "cancelling a re-entry with a lost reply failed; the hold keeps the count until it ends");
+                            return Err(undo);
+                        }
+                        None => {
+                            // Out of time: no retry follows.
+                            self.engine.core.spawn_job(cancel(latch));
+                            return Err(e);
+                        }
                     }
                 } else if e.is_transient() {
                     self.engine.core.spawn_job(cancel(latch));

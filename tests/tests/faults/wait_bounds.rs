@@ -236,6 +236,43 @@ async fn a_reset_attempt_is_not_cancelled_past_the_wait_bound() {
         "the cancellation was sent"
     );
     assert!(out.is_err(), "the lock is held elsewhere: {out:?}");
+    // The same for a re-entry (lock-sim, seed 23256): the outer hold here,
+    // its re-entry's reply cut, the cancellation held up.
+    let own = client.lock("reset-mid-reentry").expect("name");
+    lock_core::in_context(async {
+        let outer = own.acquire().await.expect("outer");
+        let cut = proxy.fault_next(
+            CommandMatch::name("EVALSHA")
+                .with_exact_arg(support::acquire_sha())
+                .with_exact_arg("re"),
+            Fault::CutReply {
+                after: 0,
+                how: CutKind::Rst,
+            },
+        );
+        let held_up = proxy.fault_next(
+            CommandMatch::name("EVALSHA").with_exact_arg(support::cancel_sha()),
+            Fault::DelayCommand(Duration::from_secs(5)),
+        );
+        let (_, out) = timed(
+            "re-entry with acquire_timeout(400ms), reset, the cancellation held up",
+            wait,
+            own.acquire_timeout(wait),
+        )
+        .await;
+        assert!(
+            cut.wait_fired(Duration::from_secs(1)),
+            "the re-entry was cut"
+        );
+        assert!(
+            held_up.wait_fired(Duration::from_secs(1)),
+            "its cancellation was sent"
+        );
+        assert!(out.is_err(), "{out:?}");
+        assert!(outer.is_held(), "the outer hold is untouched");
+        outer.release().await.expect("outer release");
+    })
+    .await;
     // The cancellation finishes in the background: nothing of the
     // attempt stays in Redis beside the holder's hold.
     let mut conn = support::raw(&server).await;
