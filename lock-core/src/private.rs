@@ -303,10 +303,17 @@ impl MemoryServerForTests {
 }
 
 /// The SHA1 of the release script, as `EVALSHA` names it (lock-sim's
-/// planted bug recognises releases by it).
+/// planted bugs recognise releases by it).
 #[cfg(feature = "memory")]
 pub fn release_script_sha() -> String {
     crate::protocol::Scripts::new().release.sha().to_owned()
+}
+
+/// The SHA1 of the acquire script, as `EVALSHA` names it (lock-sim's
+/// planted bugs recognise acquisitions by it).
+#[cfg(feature = "memory")]
+pub fn acquire_script_sha() -> String {
+    crate::protocol::Scripts::new().acquire.sha().to_owned()
 }
 
 /// Draws this thread's client ids, request-id prefixes, back-off jitter

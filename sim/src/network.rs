@@ -301,7 +301,7 @@ impl Network {
         let State {
             rng, faults, tally, ..
         } = &mut *state;
-        if rng.f64() < faults.message_lost {
+        if self.plant == Some(Plant::LostUnlocks) || rng.f64() < faults.message_lost {
             tally.messages_lost += 1;
             return MessageFate::Drop;
         }

@@ -3,7 +3,7 @@
 
 use std::str::FromStr;
 
-use lock_core::__private::{release_script_sha, MemoryServerForTests};
+use lock_core::__private::{acquire_script_sha, release_script_sha, MemoryServerForTests};
 use redis::Value;
 
 /// A bug the simulation can plant.
@@ -20,6 +20,12 @@ pub enum Plant {
     /// deadline allows for (1 % of the lease + 2 ms): leases end in Redis
     /// before their holders stop believing they hold them.
     FastClock,
+    /// Every unlock message lost, and every lease five times longer in
+    /// Redis than asked for: a waiter whose unlock message is lost sleeps
+    /// on a remaining time that no longer means anything, past the time a
+    /// free lock may keep a waiter waiting (the observer's free-lock
+    /// bound). Checks that the observer sees waiters wait on a free lock.
+    LostUnlocks,
 }
 
 impl FromStr for Plant {
@@ -29,8 +35,9 @@ impl FromStr for Plant {
         match s {
             "late-release" => Ok(Plant::LateRelease),
             "fast-clock" => Ok(Plant::FastClock),
+            "lost-unlocks" => Ok(Plant::LostUnlocks),
             other => Err(format!(
-                "unknown plant `{other}` (late-release, fast-clock)"
+                "unknown plant `{other}` (late-release, fast-clock, lost-unlocks)"
             )),
         }
     }
@@ -41,6 +48,7 @@ impl std::fmt::Display for Plant {
         f.write_str(match self {
             Plant::LateRelease => "late-release",
             Plant::FastClock => "fast-clock",
+            Plant::LostUnlocks => "lost-unlocks",
         })
     }
 }
@@ -57,6 +65,16 @@ impl Plant {
         server: &MemoryServerForTests,
         mut args: Vec<Vec<u8>>,
     ) -> Vec<Vec<u8>> {
+        if *self == Plant::LostUnlocks && is_acquire(&args) {
+            // `acquire.lua`: `EVALSHA sha 5 K1 .. K5 A1 ..`, A1 the lease.
+            let lease = std::str::from_utf8(&args[LEASE])
+                .ok()
+                .and_then(|n| n.parse::<u64>().ok());
+            if let Some(lease) = lease {
+                args[LEASE] = (lease * 5).to_string().into_bytes();
+            }
+            return args;
+        }
         if *self != Plant::LateRelease || !is_release(&args) {
             return args;
         }
@@ -72,6 +90,17 @@ impl Plant {
         }
         args
     }
+}
+
+/// `acquire.lua`'s lease argument.
+const LEASE: usize = 8;
+
+fn is_acquire(args: &[Vec<u8>]) -> bool {
+    static SHA: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    args.len() > LEASE
+        && args[0].eq_ignore_ascii_case(b"evalsha")
+        && args[1] == SHA.get_or_init(acquire_script_sha).as_bytes()
+        && args[2] == b"5"
 }
 
 fn is_release(args: &[Vec<u8>]) -> bool {

@@ -80,10 +80,11 @@ async fn simulate(scenario: Scenario, options: &Options) -> Outcome {
         // before it returns, for at most 50 ms (`LEAVE_LINE_MARGIN`), and
         // timers fire on whole milliseconds.
         wait_slack: Duration::from_millis(51),
-        // A waiter sleeps at most the holder's PTTL (a lease) between
-        // checks when the unlock message is lost, and a check may take a
-        // connect and a command time-out, twice when a link goes silent.
-        free_lock: scenario.lease + ct * 6,
+        // A waiter whose unlock message is lost sleeps at most the
+        // holder's remaining lease between checks (an explicit lease is up
+        // to a lease and a half here), and a check may take a connect and a
+        // command time-out, twice when a link goes silent.
+        free_lock: scenario.lease * 3 / 2 + ct * 6,
     };
     let observer = Observer::new(server.clone(), scenario.keys.clone(), bounds, options.trace);
     observer.event(format!("{scenario:?}"));

@@ -46,7 +46,15 @@ impl Task {
                 }
             };
             match self.rng.u32(0..100) {
-                0..=44 => self.bounded(&lock).await,
+                0..=39 => {
+                    let wait = self.wait();
+                    self.bounded(&lock, wait).await
+                }
+                40..=44 => {
+                    // A long wait: several holders' turns.
+                    let wait = up_to(&mut self.rng, self.lease * 4);
+                    self.bounded(&lock, wait).await
+                }
                 45..=59 => self.try_once(&lock).await,
                 60..=74 => self.reentrant(&lock).await,
                 75..=84 => self.with_lease(&lock).await,
@@ -109,8 +117,7 @@ impl Task {
     }
 
     /// `acquire_timeout(wait)`.
-    async fn bounded(&mut self, lock: &Lock) {
-        let wait = self.wait();
+    async fn bounded(&mut self, lock: &Lock, wait: Duration) {
         let asked = Instant::now();
         let waiting = self.observer.waiting(lock.name(), Some(wait));
         let got = lock.acquire_timeout(wait).await;

@@ -141,3 +141,12 @@ fn a_run_is_bounded_in_virtual_time() {
         outcome.virtual_time
     );
 }
+
+#[test]
+fn a_waiter_sleeping_on_a_free_lock_is_found() {
+    let (seed, outcome) = first_failing(Plant::LostUnlocks, Invariant::NoWaitWhileFree, 200)
+        .expect("lost unlock messages on 5x leases keep a waiter waiting on a free lock");
+    eprintln!("lost-unlocks found by seed {seed}: {}", describe(&outcome));
+    let clean = run(seed, &options()).expect("a runtime");
+    assert!(clean.passed(), "{}", describe(&clean));
+}

@@ -285,3 +285,41 @@ fn the_checks_see_an_import_from_above_and_a_circle() {
         .collect();
     assert_eq!(names, ["error::Error"]);
 }
+
+/// The lines of `text`'s code with a `select!` that is not `biased;`. An
+/// unbiased `select!` polls its branches in a random order, so a seeded
+/// simulation (lock-sim) could not replay a run exactly: every `select!`
+/// of lock-core polls in the order written.
+fn unbiased_selects(text: &str) -> Vec<usize> {
+    let lines: Vec<&str> = text.lines().collect();
+    lines
+        .iter()
+        .enumerate()
+        .filter(|(_, line)| {
+            let line = line.trim_start();
+            !line.starts_with("//") && line.contains("select! {")
+        })
+        .filter(|(i, _)| lines.get(i + 1).is_none_or(|next| next.trim() != "biased;"))
+        .map(|(i, _)| i + 1)
+        .collect()
+}
+
+#[test]
+fn every_select_in_lock_core_is_biased() {
+    let planted = "fn f() {\n    tokio::select! {\n        biased;\n    }\n    tokio::select! {\n        _ = a => {}\n    }\n    /// tokio::select! {\n}\n";
+    assert_eq!(unbiased_selects(planted), [5]);
+    let mut files = Vec::new();
+    sources(&root(), &mut files);
+    let mut found = Vec::new();
+    let mut seen = 0;
+    for file in files {
+        let text = std::fs::read_to_string(&file).expect("source");
+        let code = code_of(&text);
+        seen += code.matches("select! {").count();
+        for line in unbiased_selects(code) {
+            found.push(format!("{}:{line}", file.display()));
+        }
+    }
+    assert!(seen > 10, "the sources were read: {seen}");
+    assert!(found.is_empty(), "unbiased select!: {}", found.join(", "));
+}
