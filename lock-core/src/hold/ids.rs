@@ -1,7 +1,7 @@
 //! Where a client's random numbers come from (its id, its request-id
 //! prefix, its back-off jitter) and the owner numbers: random and
 //! process-wide normally; drawn from a seed on this thread while a
-//! simulation asks for it ([`seeded`]), so that a seeded run names every
+//! simulation asks for it (`seeded`, feature `memory`), so that a seeded run names every
 //! client and every hold the same way each time it is replayed.
 
 use std::cell::Cell;
@@ -59,17 +59,20 @@ fn splitmix64(state: u64) -> (u64, u64) {
 
 /// Draws this thread's ids from `seed` until the returned value is
 /// dropped (then they are random again).
+#[cfg(any(test, feature = "memory"))]
 pub(crate) fn seeded(seed: u64) -> Seeded {
     let before = SEEDED.with(|s| s.replace(Some((seed, 1))));
     Seeded { before }
 }
 
-/// Keeps a thread's ids seeded (see [`seeded`]).
+/// Keeps a thread's ids seeded (see `seeded`).
+#[cfg(any(test, feature = "memory"))]
 #[derive(Debug)]
 pub(crate) struct Seeded {
     before: Option<(u64, u64)>,
 }
 
+#[cfg(any(test, feature = "memory"))]
 impl Drop for Seeded {
     fn drop(&mut self) {
         SEEDED.with(|s| s.set(self.before));
