@@ -26,10 +26,12 @@
 //!   run one at a time ([`Hold::change`]). A release names the count it
 //!   takes off: one of several is applied only when Redis has exactly that
 //!   count (a late or repeated copy finds another count and changes
-//!   nothing), and only the last one ends the hold in Redis, whatever count
-//!   Redis has. So no copy of a release, however late, can free a lock
-//!   whose guards still exist — without relying on a latch key outliving
-//!   the delay.
+//!   nothing — or, when a re-entry made that count again meanwhile, takes
+//!   one more off: Redis' count drifts one short, never to zero), and only
+//!   the last one ends the hold in Redis, whatever count Redis has; a
+//!   cancelled re-entry never takes the last count either. So no copy of a
+//!   release, however late, can free a lock whose guards still exist —
+//!   without relying on a latch key outliving the delay.
 
 pub(crate) mod acquire;
 pub(crate) mod background;
