@@ -52,12 +52,25 @@ pub fn run(seed: u64, options: &Options) -> std::io::Result<Outcome> {
         .start_paused(true)
         .build()?;
     let scenario = Scenario::of(seed, options);
-    Ok(runtime.block_on(simulate(scenario, options)))
+    // A run that spins (a task that never waits) would never return: a
+    // watchdog thread ends the process, naming the seed.
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let limit = options.real_limit;
+    std::thread::spawn(move || {
+        if let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = finished.recv_timeout(limit) {
+            eprintln!(
+                "seed {seed} did not finish within {limit:?} of real time; replay: cargo run --release -p lock-sim -- --seed {seed}"
+            );
+            std::process::exit(3);
+        }
+    });
+    let outcome = runtime.block_on(simulate(scenario, options));
+    let _ = done.send(());
+    Ok(outcome)
 }
 
 async fn simulate(scenario: Scenario, options: &Options) -> Outcome {
     let started = Instant::now();
-    let real_start = std::time::Instant::now();
     let server = MemoryServerForTests::new();
     let network = Network::new(
         scenario.seed,
@@ -172,9 +185,6 @@ async fn simulate(scenario: Scenario, options: &Options) -> Outcome {
                 server.set_clock(scenario.fast_ppm, *by);
                 observer.event(format!("server clock jumped {by:?} ahead"));
             }
-        }
-        if real_start.elapsed() > options.real_limit {
-            break;
         }
     }
     tokio::time::sleep_until(until).await;

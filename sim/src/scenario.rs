@@ -16,7 +16,8 @@ pub struct Options {
     pub plant: Option<Plant>,
     /// Keep every trace line (for a replay); the digest is kept anyway.
     pub trace: bool,
-    /// Give up a run after this much real time (a bug that spins).
+    /// A run that takes longer than this in real time (a task that spins)
+    /// ends the process with status 3, naming the seed.
     pub real_limit: Duration,
 }
 

@@ -88,7 +88,8 @@ if fast or redis.call('exists', KEYS[1]) == 0 then
   redis.call('pexpire', KEYS[1], ARGV[1])
   return {1, token}
 end
-if redis.call('hexists', KEYS[1], ARGV[2]) == 1 then
+-- (pcall: a lock key of another type is "held, no expiry", as below)
+if redis.pcall('hexists', KEYS[1], ARGV[2]) == 1 then
   -- A second copy of this very attempt (the command ran twice: a retry
   -- under the client, as a cluster client's after a time-out): the first
   -- copy made the hold, so answer as it did, with a token above the last
