@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use lock_sim::{run, Invariant, Options, Outcome, Plant};
 
 /// Seeds CI runs, in two halves (the two tests run side by side).
-const CI_SEEDS: u64 = 300;
+const CI_SEEDS: u64 = 800;
 
 fn options() -> Options {
     Options::default()
