@@ -692,29 +692,18 @@ impl Target {
                 if let (Some(retry_by), true) = (first_try, e.is_stale_connection()) {
                     // Cancelled now, on a fresh connection: the retry that
                     // follows must not find this attempt's hold.
-                    let undo = core.cancel(&self.keys, &owner, CancelMode::New, &latch, lease_ms);
-                    let undone = match retry_by {
-                        Some(by) => tokio::time::timeout_at(by, undo).await.ok(),
-                        None => Some(undo.await),
-                    };
-                    match undone {
-                        Some(Ok(_)) => {}
-                        Some(Err(undo)) => {
-                            tracing::warn!(error = %undo, "cancelling an acquire with a lost reply failed; it expires with its lease");
-                            return Err(undo);
-                        }
-                        None => {
-                            // Out of time: no retry follows.
-                            self.engine.core.spawn_job(ReleaseJob::Cancel {
-                                keys: self.keys.clone(),
-                                owner,
-                                mode: CancelMode::New,
-                                latch,
-                                lease_ms,
-                            });
-                            return Err(e);
-                        }
+                    let undo = self.cancel_before_retry(
+                        &owner,
+                        CancelMode::New,
+                        latch,
+                        lease_ms,
+                        retry_by,
+                    );
+                    if let Err(undo) = undo.await {
+                        tracing::warn!(error = %undo, "cancelling an acquire with a lost reply failed; it expires with its lease");
+                        return Err(undo);
                     }
+                    return Err(e);
                 } else if e.is_transient() {
                     // The script may have run and its reply been lost (or
                     // the request may still arrive): cancel it, so that it
@@ -785,6 +774,39 @@ impl Target {
             client_id: &core.client_id,
         }
         .cmd(&core.scripts.acquire)
+    }
+
+    /// Cancels the attempt `owner` / `latch` (its connection was closed)
+    /// before the caller's one retry, awaited until `retry_by` at most:
+    /// past it no retry follows, and the cancellation finishes in the
+    /// background. An error: the cancellation failed.
+    async fn cancel_before_retry(
+        &self,
+        owner: &Arc<str>,
+        mode: CancelMode,
+        latch: String,
+        lease_ms: u64,
+        retry_by: Option<Instant>,
+    ) -> Result<()> {
+        let core = &self.engine.core;
+        let undo = core.cancel(&self.keys, owner, mode, &latch, lease_ms);
+        let undone = match retry_by {
+            Some(by) => tokio::time::timeout_at(by, undo).await.ok(),
+            None => Some(undo.await),
+        };
+        match undone {
+            Some(result) => result.map(|_| ()),
+            None => {
+                core.spawn_job(ReleaseJob::Cancel {
+                    keys: self.keys.clone(),
+                    owner: owner.clone(),
+                    mode,
+                    latch,
+                    lease_ms,
+                });
+                Ok(())
+            }
+        }
     }
 
     /// Re-enters `hold` (one more count); runs to its end like [`Target::attempt`].
@@ -888,29 +910,18 @@ impl Target {
             Ok(reply) => reply,
             Err(e) => {
                 if let (Some(retry_by), true) = (first_try, e.is_stale_connection()) {
-                    let undo = core.cancel(
-                        &self.keys,
+                    let undo = self.cancel_before_retry(
                         &hold.owner,
                         CancelMode::Reentry,
-                        &latch,
+                        latch,
                         lease_ms,
+                        retry_by,
                     );
-                    let undone = match retry_by {
-                        Some(by) => tokio::time::timeout_at(by, undo).await.ok(),
-                        None => Some(undo.await),
-                    };
-                    match undone {
-                        Some(Ok(_)) => {}
-                        Some(Err(undo)) => {
-                            tracing::warn!(error = %undo, "cancelling a re-entry with a lost reply failed; the hold keeps the count until it ends");
-                            return Err(undo);
-                        }
-                        None => {
-                            // Out of time: no retry follows.
-                            self.engine.core.spawn_job(cancel(latch));
-                            return Err(e);
-                        }
+                    if let Err(undo) = undo.await {
+                        tracing::warn!(error = %undo, "cancelling a re-entry with a lost reply failed; the hold keeps the count until it ends");
+                        return Err(undo);
                     }
+                    return Err(e);
                 } else if e.is_transient() {
                     self.engine.core.spawn_job(cancel(latch));
                 }

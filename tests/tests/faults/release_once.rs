@@ -16,10 +16,12 @@ use lock_tests::{CommandMatch, Fault, FaultProxy};
 
 const COMMAND_MS: u64 = 100;
 
-fn client_through(proxy: &FaultProxy) -> LockClient {
+/// A client through `proxy` with `command` as its command and connect
+/// time-outs.
+fn client_with(proxy: &FaultProxy, command: Duration) -> LockClient {
     LockClient::builder(proxy.url())
-        .command_timeout(Duration::from_millis(COMMAND_MS))
-        .connect_timeout(Duration::from_millis(COMMAND_MS))
+        .command_timeout(command)
+        .connect_timeout(command)
         .watchdog_timeout(Duration::from_secs(6))
         .build()
         .expect("client")
@@ -37,9 +39,14 @@ struct Rig {
 }
 
 async fn rig(key: &str) -> Rig {
+    rig_with(key, Duration::from_millis(COMMAND_MS)).await
+}
+
+/// [`rig`] with `command` as the client's command and connect time-outs.
+async fn rig_with(key: &str, command: Duration) -> Rig {
     let server = support::server();
     let proxy = FaultProxy::start(server.addr()).expect("proxy");
-    let client = client_through(&proxy);
+    let client = client_with(&proxy, command);
     let observer = support::client_for(&server, 6_000);
     let conn = raw(&server).await;
     let lock = client.lock(key).expect("name");
@@ -220,25 +227,14 @@ async fn a_failed_inner_release_leaves_the_outer_hold_in_place() {
 /// under the outer guard; now a cancelled re-entry never ends a hold.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancelled_reentry_after_a_late_release_copy_never_ends_the_hold() {
-    let server = support::server();
-    let proxy = FaultProxy::start(server.addr()).expect("proxy");
-    let command = Duration::from_millis(300);
-    let client = LockClient::builder(proxy.url())
-        .command_timeout(command)
-        .connect_timeout(command)
-        .watchdog_timeout(Duration::from_secs(6))
-        .build()
-        .expect("client");
-    let observer = support::client_for(&server, 6_000);
-    let mut conn = raw(&server).await;
     let key = "late-copy-then-cancel";
-    let lock = client.lock(key).expect("name");
-    lock.acquire()
-        .await
-        .expect("warm")
-        .release()
-        .await
-        .expect("warm");
+    let Rig {
+        server: _server,
+        proxy,
+        observer,
+        mut conn,
+        lock,
+    } = rig_with(key, Duration::from_millis(300)).await;
     in_context(async {
         let outer = lock.acquire().await.expect("outer");
         let inner = lock.acquire().await.expect("inner");
