@@ -405,8 +405,12 @@ impl Target {
                     }
                 }
                 // Manual acquisitions of one context re-enter its hold, even
-                // when they were waiting before it was taken (`join!`).
-                Turn::HeldLocally { hold } if context.is_some() && hold.context == context => {
+                // when they were waiting before it was taken (`join!`) —
+                // unless it is being ended with no guard (a hand-off its
+                // waiter abandoned): then it is waited out like any other.
+                Turn::HeldLocally { hold }
+                    if context.is_some() && hold.context == context && hold.counts() > 0 =>
+                {
                     match self.reenter(call, &hold, options.lease).await? {
                         Reentry::Entered(guard) => {
                             return Ok(Got::Reentered {

@@ -177,7 +177,7 @@ impl LocalQueues {
         self.locked()
             .get(key)
             .and_then(|s| s.holding.as_ref())
-            .filter(|h| h.hold.context == Some(context) && h.hold.is_valid())
+            .filter(|h| h.hold.context == Some(context) && h.hold.is_valid() && h.hold.counts() > 0)
             .map(|h| h.hold.clone())
     }
 
@@ -421,6 +421,13 @@ impl LocalQueues {
             None => true,
         };
         state.budget = state.budget.saturating_sub(1);
+        if abandoned {
+            // No guard will ever count on it: the releaser ends it. Taken
+            // before it is seen as the context's holding, so that no
+            // re-entry of the waiter's context joins a hold being ended
+            // (lock-sim, seed 117630: it did, and was freed under it).
+            hold.take_count();
+        }
         if let Some(previous) = state.holding.replace(Holding::new(hold.clone())) {
             previous.hold.end(); // handed on
         }
