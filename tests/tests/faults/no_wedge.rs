@@ -90,3 +90,115 @@ async fn reentrant_guards_released_out_of_order_then_lost_do_not_strand_waiters(
     assert!(!inner.is_held());
     assert!(inner.release().await.expect_err("lost").is_lost());
 }
+
+/// Found by lock-sim (seed 117630): a local waiter of a lock context gives
+/// up while the lock is being handed off to it; the releaser gets the
+/// hand-off's reply afterwards and must end the new hold itself. A later
+/// acquisition of the same context re-entered that hold, and the
+/// releaser's release then freed it under the new guard. Now such a hold
+/// is waited out: the later acquisition gets a hold of its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_off_its_waiter_abandoned_is_not_re_entered_by_its_context() {
+    let server = support::server();
+    let proxy = FaultProxy::start(server.addr()).expect("proxy");
+    let client = LockClient::builder(proxy.url())
+        .command_timeout(Duration::from_secs(2))
+        .connect_timeout(Duration::from_secs(2))
+        // two lock connections, used in turn: the later acquisition does
+        // not queue behind the held-up release on one connection
+        .pool_size(2)
+        .build()
+        .expect("client");
+    let observer = support::client_for(&server, 30_000);
+    let mut conn = raw(&server).await;
+    let key = "abandoned-hand-off";
+    let lock = client.lock(key).expect("name");
+    lock.acquire()
+        .await
+        .expect("warm")
+        .release()
+        .await
+        .expect("warm");
+    // Another client holds the lock while A, then B (in a context) queue
+    // in this client: A's hold then counts B as waiting, and A's release
+    // hands the lock to B.
+    let other = observer
+        .lock(key)
+        .expect("name")
+        .acquire()
+        .await
+        .expect("other");
+    // The hand-off's reply comes back after B gave up; the releaser's
+    // release of the abandoned hold lands 300 ms after it is sent: the
+    // window in which B's context acquires again.
+    let handoff = proxy.fault_next(
+        CommandMatch::name("EVALSHA")
+            .with_exact_arg(support::handoff_sha())
+            .with_exact_arg(key),
+        Fault::DelayReply(Duration::from_millis(400)),
+    );
+    let late_release = proxy.fault_next(
+        CommandMatch::name("EVALSHA")
+            .with_exact_arg(release_sha())
+            .with_exact_arg(key),
+        Fault::DelayCommand(Duration::from_millis(300)),
+    );
+    let a = {
+        let lock = lock.clone();
+        tokio::spawn(async move {
+            let g = lock.acquire_timeout(Duration::from_secs(5)).await?;
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            g.release().await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let freeing = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        other.release().await
+    });
+    in_context(async {
+        // A gets the lock at ~200 ms and hands it to B at ~300 ms; the
+        // reply comes at ~700 ms, after B gave up (~500 ms).
+        let gave_up = lock.acquire_timeout(Duration::from_millis(450)).await;
+        assert!(
+            gave_up.as_ref().is_err_and(|e| e.is_wait_timeout()),
+            "the waiter gives up before the hand-off's reply: {:?}",
+            gave_up.map(|g| g.owner_id().to_string())
+        );
+        // The abandoned hold's release is on its way (lands at ~1 s).
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        let guard = within(
+            Duration::from_secs(5),
+            "a later acquisition of the context",
+            lock.acquire_timeout(Duration::from_secs(3)),
+        )
+        .await
+        .expect("a hold of its own");
+        assert!(handoff.wait_fired(Duration::from_secs(1)), "handed off");
+        assert!(
+            late_release.wait_fired(Duration::from_secs(2)),
+            "the abandoned hold was released"
+        );
+        // Whatever landed meanwhile, the guard's hold is in Redis and
+        // nobody else gets in while it is valid.
+        tokio::time::sleep(Duration::from_millis(400)).await;
+        let count: Option<i64> = cmd(&mut conn, &["HGET", key, guard.owner_id()]).await;
+        let other = observer
+            .lock(key)
+            .expect("name")
+            .try_acquire()
+            .await
+            .expect("observer");
+        assert!(guard.is_held(), "the guard is valid");
+        assert!(count.is_some(), "the guard's hold is in Redis");
+        assert!(other.is_none(), "another client got in under a valid guard");
+        guard.release().await.expect("release");
+    })
+    .await;
+    for task in [a, freeing] {
+        within(Duration::from_secs(5), "task", task)
+            .await
+            .expect("task")
+            .expect("release");
+    }
+}

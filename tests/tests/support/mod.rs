@@ -122,6 +122,11 @@ pub fn release_sha() -> String {
     script_sha(include_str!("../../../lock-core/src/protocol/release.lua"))
 }
 
+/// The SHA1 of lock-core's hand-off script.
+pub fn handoff_sha() -> String {
+    script_sha(include_str!("../../../lock-core/src/protocol/handoff.lua"))
+}
+
 /// The SHA1 of lock-core's cancel script.
 pub fn cancel_sha() -> String {
     script_sha(include_str!("../../../lock-core/src/protocol/cancel.lua"))
