@@ -3,7 +3,9 @@
 //! fixed leases, waiters and local queues, hold identity and fencing tokens,
 //! several processes on one lock; `layers`, which reads lock-core's
 //! sources to check its layer rule; and `conformance`, which compares
-//! lock-core's in-memory Redis with a real redis-server, case by case.
+//! lock-core's in-memory Redis with a real redis-server, case by case;
+//! `redisson_rwlock`, Redisson's read-write lock protocol spoken by the
+//! reference client the read-write lock's interop suites use.
 
 mod support;
 
@@ -16,4 +18,5 @@ mod engine {
     mod local_queue;
     mod lock_core;
     mod memory_backend;
+    mod redisson_rwlock;
 }

@@ -6,6 +6,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod layer;
+pub mod redisson_rw;
 
 use std::collections::HashMap;
 use std::future::Future;
