@@ -532,6 +532,17 @@ impl Observer {
             })
     }
 
+    /// The guards of the tasks whose names start with `prefix` that are
+    /// still valid.
+    pub(crate) fn valid_guards_of(&self, prefix: &str) -> Vec<String> {
+        self.inner()
+            .inside
+            .iter()
+            .filter(|e| e.who.starts_with(prefix) && e.held.is_held())
+            .map(|e| format!("{}'s hold of {} as {}", e.who, e.key, e.owner))
+            .collect()
+    }
+
     /// The holds still in Redis: (lock, owner).
     pub(crate) fn left_in_redis(&self) -> Vec<(String, String)> {
         let mut left = Vec::new();

@@ -181,6 +181,35 @@ async fn simulate(scenario: Scenario, options: &Options) -> Outcome {
                 crashed[*c] = true;
                 observer.event(format!("client c{c} crashed"));
             }
+            Event::Shutdown(c) => {
+                let Some(client) = clients[*c].clone().filter(|_| !crashed[*c]) else {
+                    continue;
+                };
+                let prefix = format!("c{c}.");
+                observer.event(format!(
+                    "client c{c} shuts down; valid guards: {:?}",
+                    observer.valid_guards_of(&prefix)
+                ));
+                let report = client.shutdown(ct * 8).await;
+                observer.event(format!("client c{c} shut down: {report:?}"));
+                for guard in observer.valid_guards_of(&prefix) {
+                    observer.violation(
+                        Invariant::EveryHoldEnds,
+                        format!("after its client's shutdown, still valid: {guard}"),
+                    );
+                }
+                if report.is_complete() {
+                    let id = client.client_id().to_owned();
+                    for (key, owner) in observer.left_in_redis() {
+                        if owner.starts_with(&id) {
+                            observer.violation(
+                                Invariant::EveryHoldEnds,
+                                format!("a complete shutdown left {key} held by {owner}"),
+                            );
+                        }
+                    }
+                }
+            }
             Event::ClockJump(by) => {
                 server.set_clock(scenario.fast_ppm, *by);
                 observer.event(format!("server clock jumped {by:?} ahead"));

@@ -39,6 +39,8 @@ pub enum Event {
     Restart(Duration),
     /// Client `n` crashes (as by SIGKILL).
     Crash(usize),
+    /// Client `n` shuts down (`LockClient::shutdown`) while its tasks run.
+    Shutdown(usize),
     /// The server clock jumps ahead.
     ClockJump(Duration),
 }
@@ -112,6 +114,12 @@ impl Scenario {
             events.push((
                 ms(rng.u64(span / 5..span)),
                 Event::Crash(rng.usize(0..clients)),
+            ));
+        }
+        if rng.u64(0..10) < 2 {
+            events.push((
+                ms(rng.u64(span / 5..span)),
+                Event::Shutdown(rng.usize(0..clients)),
             ));
         }
         // Jumps of at most 1 ms, two leases apart at least: within the

@@ -279,7 +279,13 @@ impl Core {
                 owner,
                 "a lock acquisition with a lost reply was undone"
             );
-            self.queues.ended(&keys.lock, owner);
+            // An undone new hold is over; an undone re-entry took one count
+            // off a hold its other guards still have (lock-sim, seed
+            // 406929: it ended that hold here, its guards read "lost" and a
+            // shutdown forgot to release it).
+            if mode == CancelMode::New {
+                self.queues.ended(&keys.lock, owner);
+            }
         }
         Ok(undone)
     }
