@@ -196,11 +196,12 @@ impl LockContext {
         self.sections.as_ref().map(|s| s.held.clone())
     }
 
-    /// The innermost section of `key` on client `client_id`.
+    /// The innermost section of the handle `key` (its `LockKeys::ident`:
+    /// the lock key, or a side of a read-write lock) on client `client_id`.
     pub(crate) fn section(&self, client_id: &str, key: &str) -> Option<HeldLock> {
         let mut next = self.sections.as_deref();
         while let Some(section) = next {
-            if section.held.key() == key && &*section.client_id == client_id {
+            if section.held.ident() == key && &*section.client_id == client_id {
                 return Some(section.held.clone());
             }
             next = section.parent.as_deref();
@@ -278,7 +279,7 @@ impl HeldLock {
     /// # Ok(()) }
     /// ```
     pub fn current_for(lock: &Lock) -> Option<HeldLock> {
-        LockContext::current()?.section(&lock.client.inner.core.client_id, lock.key())
+        LockContext::current()?.section(&lock.client.inner.core.client_id, &lock.keys.ident)
     }
 }
 
@@ -290,7 +291,7 @@ impl Lock {
             return Reentrancy::default();
         };
         Reentrancy {
-            section: ctx.section_hold(&self.client.inner.core.client_id, &self.keys.lock),
+            section: ctx.section_hold(&self.client.inner.core.client_id, &self.keys.ident),
             context: Some(ctx.id()),
         }
     }

@@ -162,6 +162,21 @@ pub enum Error {
     /// it takes no new locks, and waiting acquisitions end with this error.
     #[error("the lock client was shut down; it takes no new locks")]
     Closed,
+
+    /// The write side of a read-write lock was asked for where the caller
+    /// holds only its read side (in the same lock context or section).
+    /// Waiting would never end — the writer would wait for its own reader
+    /// (Redisson's `RReadWriteLock` hangs there) — so it fails at once.
+    /// Release the read first, or take the write first and read under it
+    /// (a downgrade).
+    #[error(
+        "lock `{name}`: a read hold cannot be upgraded to a write hold (it would wait for \
+         itself); release the read first, or take the write first and read under it"
+    )]
+    UpgradeRefused {
+        /// The lock's name.
+        name: String,
+    },
 }
 
 impl Error {

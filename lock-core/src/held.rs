@@ -9,6 +9,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
 use crate::hold::Hold;
+use crate::options::LockMode;
 use crate::protocol::keys::LockKeys;
 
 /// A held lock, seen from the code that runs under it. Cheap to clone
@@ -62,6 +63,25 @@ impl HeldLock {
 
     pub(crate) fn hold(&self) -> &Arc<Hold> {
         &self.hold
+    }
+
+    /// What local bookkeeping calls the handle (see `LockKeys::ident`).
+    pub(crate) fn ident(&self) -> &str {
+        &self.keys.ident
+    }
+
+    /// How this hold holds the lock: [`LockMode::Exclusive`] (a reentrant
+    /// lock), or a side of a read-write lock.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: lock_core::LockClient) -> lock_core::Result<()> {
+    /// use lock_core::LockMode;
+    /// let guard = client.rw_lock("catalog")?.read().acquire().await?;
+    /// assert_eq!(guard.held_lock().mode(), LockMode::Read);
+    /// # Ok(()) }
+    /// ```
+    pub fn mode(&self) -> LockMode {
+        self.keys.rule
     }
 
     /// The lock's name (without the client's key prefix).

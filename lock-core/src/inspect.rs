@@ -11,14 +11,16 @@ use crate::client::LockClient;
 use crate::error::{Error, Result};
 use crate::hold::shared::Core;
 use crate::lock::Lock;
+use crate::options::LockMode;
 use crate::transport::connection::Lane;
 
 /// Key prefixes of the helper keys and channel of a lock (see `keys.rs`);
 /// keys starting with them are never locks themselves.
-const HELPER_PREFIXES: [&str; 3] = [
+const HELPER_PREFIXES: [&str; 4] = [
     "redisson_lock__channel:",
     "redisson_lock_token:",
     "redisson_unlock_latch:",
+    "redisson_rwlock:",
 ];
 
 /// The most fields a hash read as a possible lock may have: a lock hash has
@@ -49,6 +51,11 @@ pub struct LockOwner {
     pub owner: String,
     /// The hold count.
     pub count: u32,
+    /// How it holds the lock: [`LockMode::Exclusive`] for a reentrant
+    /// lock's holder, [`LockMode::Read`] or [`LockMode::Write`] on a
+    /// read-write lock (a writer's field in Redis is `<owner>:write`; the
+    /// owner id here is without the suffix).
+    pub mode: LockMode,
 }
 
 /// A snapshot of one lock, read in one atomic step.
@@ -71,6 +78,11 @@ pub struct LockStatus {
     /// The holders, sorted by owner id; empty when the lock is free. A
     /// mutex has at most one.
     pub owners: Vec<LockOwner>,
+    /// `None` when the lock is free; [`LockMode::Exclusive`] for a
+    /// reentrant lock; on a read-write lock its hash's `mode`:
+    /// [`LockMode::Read`] (readers, and perhaps a writer that downgraded)
+    /// or [`LockMode::Write`].
+    pub mode: Option<LockMode>,
     /// Time until the lock expires: `None` when it is free,
     /// `Some(Duration::MAX)` when its key has no expiry (never the case for
     /// locks taken by this crate or Redisson).
@@ -91,7 +103,7 @@ impl LockStatus {
 
     /// Builds a status from the replies to `HGETALL key` and `PTTL key`.
     fn from_replies(name: &str, key: &str, hash: Value, pttl: &Value) -> Result<Self> {
-        let owners = parse_owners(key, hash)?;
+        let (owners, mode) = parse_owners(key, hash)?;
         let ttl = match pttl {
             _ if owners.is_empty() => None,
             Value::Int(-1) => Some(Duration::MAX),
@@ -104,19 +116,35 @@ impl LockStatus {
         Ok(LockStatus {
             name: name.to_string(),
             key: key.to_string(),
+            mode: (!owners.is_empty()).then_some(mode),
             owners,
             ttl,
         })
     }
 }
 
-/// The owners in a lock hash; an error when the hash is not a lock.
-fn parse_owners(key: &str, hash: Value) -> Result<Vec<LockOwner>> {
+/// The owners in a lock hash and the lock's mode; an error when the hash
+/// is not a lock. A read-write lock's hash has a `mode` field (`read` or
+/// `write`) and its writer's field ends in `:write`.
+fn parse_owners(key: &str, hash: Value) -> Result<(Vec<LockOwner>, LockMode)> {
     let not_a_lock = |why: String| Error::Protocol(format!("key `{key}` is not a lock: {why}"));
     let fields: Vec<(String, String)> =
         redis::from_redis_value(hash).map_err(|e| not_a_lock(format!("HGETALL answered {e}")))?;
     let mut owners = Vec::with_capacity(fields.len());
+    let mut lock_mode = LockMode::Exclusive;
     for (field, value) in fields {
+        if field == "mode" {
+            lock_mode = match value.as_str() {
+                "read" => LockMode::Read,
+                "write" => LockMode::Write,
+                other => return Err(not_a_lock(format!("mode `{other}`"))),
+            };
+            continue;
+        }
+        let (field, mode) = match field.strip_suffix(":write") {
+            Some(owner) if is_owner_id(owner) => (owner.to_string(), LockMode::Write),
+            _ => (field, LockMode::Read),
+        };
         if !is_owner_id(&field) {
             return Err(not_a_lock(format!("field `{field}` is not an owner id")));
         }
@@ -128,10 +156,22 @@ fn parse_owners(key: &str, hash: Value) -> Result<Vec<LockOwner>> {
         owners.push(LockOwner {
             owner: field,
             count,
+            mode,
         });
     }
+    if lock_mode == LockMode::Exclusive {
+        for owner in &mut owners {
+            if owner.mode == LockMode::Write {
+                return Err(not_a_lock(format!(
+                    "field `{}:write` without a mode field",
+                    owner.owner
+                )));
+            }
+            owner.mode = LockMode::Exclusive;
+        }
+    }
     owners.sort_by(|a, b| a.owner.cmp(&b.owner));
-    Ok(owners)
+    Ok((owners, lock_mode))
 }
 
 /// `<id>:<n>`: a non-empty id, a colon, a decimal number.
@@ -201,6 +241,7 @@ impl Lock {
                 name: self.keys.name.clone(),
                 key: key.to_string(),
                 owners: Vec::new(),
+                mode: None,
                 ttl: None,
             }),
             "hash" => LockStatus::from_replies(&self.keys.name, key, hash, &pttl),
@@ -484,15 +525,41 @@ mod tests {
             vec![
                 LockOwner {
                     owner: "u:1".into(),
-                    count: 3
+                    count: 3,
+                    mode: LockMode::Exclusive,
                 },
                 LockOwner {
                     owner: "u:2".into(),
-                    count: 1
+                    count: 1,
+                    mode: LockMode::Exclusive,
                 }
             ]
         );
+        assert_eq!(s.mode, Some(LockMode::Exclusive));
         assert_eq!(s.ttl, Some(Duration::from_millis(1500)));
+        // a read-write lock: its mode, readers and a downgrading writer
+        let rw = Value::Array(vec![
+            bulk("mode"),
+            bulk("read"),
+            bulk("u:2:write"),
+            bulk("1"),
+            bulk("u:2"),
+            bulk("2"),
+        ]);
+        let s = LockStatus::from_replies("n", "n", rw, &Value::Int(900))?;
+        assert_eq!(s.mode, Some(LockMode::Read));
+        let seen: Vec<_> = s
+            .owners
+            .iter()
+            .map(|o| (o.owner.as_str(), o.count, o.mode))
+            .collect();
+        assert_eq!(
+            seen,
+            [("u:2", 1, LockMode::Write), ("u:2", 2, LockMode::Read)]
+        );
+        // a writer's field without a mode is no lock
+        let odd = Value::Array(vec![bulk("u:2:write"), bulk("1")]);
+        assert!(LockStatus::from_replies("n", "n", odd, &Value::Int(900)).is_err());
         let no_expiry = Value::Array(vec![bulk("u:1"), bulk("1")]);
         let s = LockStatus::from_replies("n", "n", no_expiry, &Value::Int(-1))?;
         assert_eq!(s.ttl, Some(Duration::MAX));

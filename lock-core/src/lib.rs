@@ -428,6 +428,7 @@ mod memory_server;
 mod metrics;
 mod options;
 mod protocol;
+mod rw_lock;
 mod shutdown;
 mod transport;
 
@@ -448,7 +449,8 @@ pub use inspect::{LockOwner, LockStatus};
 pub use lock::Lock;
 #[cfg(feature = "memory")]
 pub use memory_server::MemoryServer;
-pub use options::AcquireOptions;
+pub use options::{AcquireOptions, LockMode};
+pub use rw_lock::RwLock;
 pub use shutdown::ShutdownReport;
 /// The token type of [`HeldLock::cancellation_token`] (tokio-util's).
 pub use tokio_util::sync::CancellationToken;

@@ -14,7 +14,7 @@ use crate::hold::release::Released;
 use crate::hold::run_to_end::RunToEnd;
 use crate::hold::target::Target;
 use crate::hold::Hold;
-use crate::options::{AcquireOptions, Wait};
+use crate::options::{AcquireOptions, LockMode, Wait};
 use crate::protocol::force_unlock::{force_unlock_cmd, ForceUnlockReply};
 use crate::protocol::keys::LockKeys;
 use crate::protocol::unexpected_reply;
@@ -72,6 +72,19 @@ impl Lock {
     /// ```
     pub fn name(&self) -> &str {
         &self.keys.name
+    }
+
+    /// Which primitive this handle is: [`LockMode::Exclusive`] for
+    /// [`LockClient::lock`], or a side of a read-write lock
+    /// ([`RwLock::read`](crate::RwLock::read), [`RwLock::write`](crate::RwLock::write)).
+    ///
+    /// ```no_run
+    /// # fn demo(client: lock_core::LockClient) -> lock_core::Result<()> {
+    /// assert_eq!(client.lock("a")?.mode(), lock_core::LockMode::Exclusive);
+    /// # Ok(()) }
+    /// ```
+    pub fn mode(&self) -> LockMode {
+        self.keys.rule
     }
 
     /// The Redis key of the lock (key prefix + name).
@@ -184,14 +197,17 @@ impl Lock {
     /// Every acquire method's way into the engine.
     async fn acquire_inner(&self, options: AcquireOptions) -> Result<Option<LockGuard>> {
         let reentrancy = self.reentrancy();
-        let count = self.target().acquire(options, reentrancy).await?;
+        let target = self.scoped_target(&reentrancy, options.section)?;
+        let count = target.acquire(options, reentrancy).await?;
         Ok(count.map(LockGuard::new))
     }
 
     /// The hold the current task would re-enter, if any.
     fn current_hold(&self) -> Option<Arc<Hold>> {
-        self.target()
-            .reentrant_hold(&self.reentrancy())
+        let reentrancy = self.reentrancy();
+        self.scoped_target(&reentrancy, false)
+            .ok()?
+            .reentrant_hold(&reentrancy)
             .map(|(hold, _)| hold)
     }
 
@@ -264,7 +280,8 @@ impl Lock {
             return Ok(0);
         };
         let mut cmd = redis::cmd("HGET");
-        cmd.arg(self.keys.lock.as_str()).arg(&*hold.owner);
+        cmd.arg(self.keys.lock.as_str())
+            .arg(self.keys.field(&hold.owner).as_ref());
         let reply = self.client.inner.core.run_cmd(&cmd).await?;
         redis::from_redis_value::<Option<u32>>(reply)
             .map(Option::unwrap_or_default)

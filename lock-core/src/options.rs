@@ -191,3 +191,47 @@ impl AcquireOptions {
         Ok(())
     }
 }
+
+/// Which primitive a lock handle is: the reentrant lock, or a side of a
+/// read-write lock ([`RwLock`](crate::RwLock)).
+///
+/// ```no_run
+/// # fn demo(client: lock_core::LockClient) -> lock_core::Result<()> {
+/// use lock_core::LockMode;
+/// assert_eq!(client.lock("a")?.mode(), LockMode::Exclusive);
+/// assert_eq!(client.rw_lock("b")?.read().mode(), LockMode::Read);
+/// # Ok(()) }
+/// ```
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum LockMode {
+    /// The reentrant lock (Redisson's `RLock`): one holder at a time.
+    Exclusive,
+    /// The read side of a read-write lock (`RReadWriteLock.readLock()`):
+    /// readers share it, and exclude writers.
+    Read,
+    /// The write side of a read-write lock (`RReadWriteLock.writeLock()`):
+    /// one writer, and no reader but the writer's own (a downgrade).
+    Write,
+}
+
+impl LockMode {
+    /// `"exclusive"`, `"read"` or `"write"`.
+    ///
+    /// ```
+    /// assert_eq!(lock_core::LockMode::Read.as_str(), "read");
+    /// ```
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LockMode::Exclusive => "exclusive",
+            LockMode::Read => "read",
+            LockMode::Write => "write",
+        }
+    }
+}
+
+impl std::fmt::Display for LockMode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}

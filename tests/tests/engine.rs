@@ -5,7 +5,8 @@
 //! sources to check its layer rule; and `conformance`, which compares
 //! lock-core's in-memory Redis with a real redis-server, case by case;
 //! `redisson_rwlock`, Redisson's read-write lock protocol spoken by the
-//! reference client the read-write lock's interop suites use.
+//! reference client the read-write lock's interop suites use; `rwlock`,
+//! the read-write lock itself.
 
 mod support;
 
@@ -19,4 +20,5 @@ mod engine {
     mod lock_core;
     mod memory_backend;
     mod redisson_rwlock;
+    mod rwlock;
 }

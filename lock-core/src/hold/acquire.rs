@@ -30,6 +30,7 @@ use crate::metrics::{self, AcquireOutcome};
 use crate::options::{AcquireOptions, Wait};
 use crate::protocol::acquire::{AcquireCall, AcquireMode, AcquireReply, Line};
 use crate::protocol::cancel::CancelMode;
+use crate::protocol::keys::Rule;
 use crate::transport::pubsub::{Status, Subscription};
 
 /// What the caller's context holds that an acquisition may re-enter.
@@ -291,7 +292,7 @@ impl Target {
         self.engine
             .core
             .queues
-            .context_hold(&self.keys.lock, reentrancy.context?)
+            .context_hold(&self.keys.local, reentrancy.context?)
             .map(|hold| (hold, false))
     }
 
@@ -321,7 +322,7 @@ impl Target {
             };
         }
         let queues = &self.engine.core.queues;
-        let waiter = queues.join(&self.keys.lock, options.lease, context);
+        let waiter = queues.join(&self.keys.local, options.lease, context);
         let ticket = Ticket {
             target: self.clone(),
             waiter,
@@ -366,7 +367,7 @@ impl Target {
         let mut outage_error: Option<Error> = None;
         let mut waiting = Waiting::default();
         loop {
-            let turn = queues.turn(&self.keys.lock, waiter);
+            let turn = queues.turn(&self.keys.local, waiter);
             if let Turn::Granted(hold) = turn {
                 if hold.is_valid() {
                     return Ok(Got::Fresh {
@@ -383,7 +384,7 @@ impl Target {
                     hold,
                     lease_ms: lease_ms(options.lease, config.watchdog_timeout),
                 });
-                queues.requeue_front(&self.keys.lock, waiter);
+                queues.requeue_front(&self.keys.local, waiter);
                 continue;
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
@@ -440,17 +441,17 @@ impl Target {
                     let sub = match subscription.clone().or(shared) {
                         Some(sub) => sub,
                         None => {
-                            let sub = Arc::new(self.engine.pubsub.subscribe(&self.keys.channel));
-                            queues.share_subscription(&self.keys.lock, sub.clone());
+                            let sub = Arc::new(self.subscribe());
+                            queues.share_subscription(&self.keys.local, sub.clone());
                             subscription = Some(sub.clone());
                             sub
                         }
                     };
                     tokio::select! {
                         biased;
-                        _ = sub.woken() => queues.unlock_heard_in_step_back(&self.keys.lock),
+                        _ = sub.woken() => queues.unlock_heard_in_step_back(&self.keys.local),
                         _ = waiter.notify.notified() => {}
-                        _ = tokio::time::sleep_until(until) => queues.step_back_ran_out(&self.keys.lock),
+                        _ = tokio::time::sleep_until(until) => queues.step_back_ran_out(&self.keys.local),
                         _ = until_deadline() => {}
                     }
                 }
@@ -501,7 +502,7 @@ impl Target {
                         }
                         Attempt::Held { pttl_ms } => {
                             waiting.began("redis");
-                            queues.held_elsewhere(&self.keys.lock);
+                            queues.held_elsewhere(&self.keys.local);
                             pttl_ms
                         }
                         Attempt::Expired => {
@@ -524,7 +525,7 @@ impl Target {
                         None => {
                             // Subscribe first, then retry: an unlock after
                             // the retry wakes us.
-                            let mut sub = self.engine.pubsub.subscribe(&self.keys.channel);
+                            let mut sub = self.subscribe();
                             // Do not wait for the subscription longer than
                             // the holder has left.
                             let mut ready_bound = config.command_timeout;
@@ -544,7 +545,7 @@ impl Target {
                                 Status::Denied(why) => return Err(subscribe_denied(&why)),
                             }
                             let sub = Arc::new(sub);
-                            queues.share_subscription(&self.keys.lock, sub.clone());
+                            queues.share_subscription(&self.keys.local, sub.clone());
                             subscription = Some(sub);
                             continue;
                         }
@@ -570,6 +571,15 @@ impl Target {
                     }
                 }
             }
+        }
+    }
+
+    /// A subscription to the lock's channel: on a read-write lock's,
+    /// every message wakes every waiter (readers proceed together).
+    fn subscribe(&self) -> Subscription {
+        match self.keys.rule {
+            Rule::Exclusive => self.engine.pubsub.subscribe(&self.keys.channel),
+            Rule::Read | Rule::Write => self.engine.pubsub.subscribe_shared(&self.keys.channel),
         }
     }
 
@@ -680,12 +690,12 @@ impl Target {
         let latch = self.keys.latch(&owner);
         let sent_at = Instant::now();
         let line = match waiter_id {
-            Some(_) => core.queues.line_mode(&self.keys.lock),
+            Some(_) => core.queues.line_mode(&self.keys.local),
             None => Line::Once,
         };
         let cmd = self.acquire_cmd(&latch, &owner, AcquireMode::New(line), lease_ms);
         let reply = match core
-            .run_script_within(&core.scripts.acquire, &cmd, limit)
+            .run_script_within(core.scripts.acquire_for(self.keys.rule), &cmd, limit)
             .await
         {
             Ok(reply) => {
@@ -747,7 +757,7 @@ impl Target {
                     return Ok(Attempt::Expired);
                 };
                 core.queues
-                    .acquired(&self.keys.lock, Holding::new(hold.clone()), waiter_id);
+                    .acquired(&self.keys.local, Holding::new(hold.clone()), waiter_id);
                 Ok(Attempt::Acquired(OwnedCount::new(
                     self.clone(),
                     hold,
@@ -777,7 +787,7 @@ impl Target {
             latch_ms: core.latch_ms(),
             client_id: &core.client_id,
         }
-        .cmd(&core.scripts.acquire)
+        .cmd(core.scripts.acquire_for(self.keys.rule))
     }
 
     /// Cancels the attempt `owner` / `latch` (its connection was closed)
@@ -908,7 +918,7 @@ impl Target {
             lease_ms,
         };
         let reply = match core
-            .run_script_within(&core.scripts.acquire, &cmd, limit)
+            .run_script_within(core.scripts.acquire_for(self.keys.rule), &cmd, limit)
             .await
         {
             Ok(reply) => reply,
@@ -947,7 +957,7 @@ impl Target {
             }
             AcquireReply::Gone => {
                 hold.mark_gone("the hold was gone when it was re-entered");
-                core.queues.ended(&self.keys.lock, &hold.owner);
+                core.queues.ended(&self.keys.local, &hold.owner);
                 Ok(Reentry::Gone)
             }
             other => Err(other.unexpected_here()),
@@ -999,7 +1009,7 @@ impl Ticket {
     /// waiting set in Redis.
     fn leave(&self) -> bool {
         let core = &self.target.engine.core;
-        let (grant, gave_up_last) = core.queues.leave(&self.target.keys.lock, self.waiter.id);
+        let (grant, gave_up_last) = core.queues.leave(&self.target.keys.local, self.waiter.id);
         if let Some(hold) = grant {
             tracing::debug!(
                 lock = %self.target.keys.name,

@@ -39,7 +39,7 @@ impl Count {
             .engine
             .core
             .queues
-            .ended(&self.target.keys.lock, &self.hold.owner);
+            .ended(&self.target.keys.local, &self.hold.owner);
     }
 
     /// Releases this count of the hold (inside `span`, its `lock.release`

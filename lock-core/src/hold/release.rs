@@ -87,7 +87,7 @@ impl Core {
         {
             ReleaseOutcome::HoldsRemain => Ok(Released::HoldsRemain),
             ReleaseOutcome::NotHeld => {
-                self.queues.ended(&keys.lock, &hold.owner);
+                self.queues.ended(&keys.local, &hold.owner);
                 Ok(Released::NotHeld)
             }
             ReleaseOutcome::Freed { .. } => Err(Error::Protocol(
@@ -109,10 +109,16 @@ impl Core {
         let mut first: Option<Result<Released>> = None;
         let (mut owner, mut lease_ms) = (owner.clone(), lease_ms);
         loop {
-            let Some(next) = self.queues.offer(&keys.lock, &owner) else {
+            // (No hand-off between holds of a read-write lock: its hash
+            // holds several.)
+            let offered = match keys.rule.hands_off() {
+                true => self.queues.offer(&keys.local, &owner),
+                false => None,
+            };
+            let Some(next) = offered else {
                 let outcome = self
                     .release(keys, &owner, lease_ms, 1, || {
-                        self.queues.release_stalled(&keys.lock, &owner)
+                        self.queues.release_stalled(&keys.local, &owner)
                     })
                     .await;
                 let result = match outcome {
@@ -124,18 +130,19 @@ impl Core {
                         // more clients than this one): this client's head
                         // steps back for a moment so that one of them gets
                         // the lock, instead of this client keeping it.
-                        let others_wait = told > usize::from(self.queues.is_subscribed(&keys.lock));
+                        let others_wait =
+                            told > usize::from(self.queues.is_subscribed(&keys.local));
                         let step_back = others_wait.then(|| self.step_back_window());
                         self.queues
-                            .ended_stepping_back(&keys.lock, &owner, step_back);
+                            .ended_stepping_back(&keys.local, &owner, step_back);
                         Ok(Released::Freed)
                     }
                     Ok(ReleaseOutcome::NotHeld) => {
-                        self.queues.ended(&keys.lock, &owner);
+                        self.queues.ended(&keys.local, &owner);
                         Ok(Released::NotHeld)
                     }
                     Err(e) => {
-                        self.queues.ended(&keys.lock, &owner);
+                        self.queues.ended(&keys.local, &owner);
                         Err(e)
                     }
                 };
@@ -165,8 +172,8 @@ impl Core {
                             key = %keys.lock,
                             "lock hand-off confirmed too late; freeing the lock"
                         );
-                        self.queues.withdraw(&keys.lock, &next);
-                        self.queues.ended(&keys.lock, &owner);
+                        self.queues.withdraw(&keys.local, &next);
+                        self.queues.ended(&keys.local, &owner);
                         self.cancel_hand_off(
                             keys,
                             &next_owner,
@@ -185,7 +192,7 @@ impl Core {
                         token,
                         "lock handed off"
                     );
-                    let abandoned = self.queues.handed_off(&keys.lock, &next, hold);
+                    let abandoned = self.queues.handed_off(&keys.local, &next, hold);
                     let done = first.get_or_insert(Ok(Released::HandedOff));
                     if !abandoned {
                         return std::mem::replace(done, Ok(Released::HandedOff));
@@ -195,13 +202,13 @@ impl Core {
                     lease_ms = next_lease_ms;
                 }
                 Ok(HandOffReply::NotHeld) => {
-                    self.queues.withdraw(&keys.lock, &next);
-                    self.queues.ended(&keys.lock, &owner);
+                    self.queues.withdraw(&keys.local, &next);
+                    self.queues.ended(&keys.local, &owner);
                     return first.unwrap_or(Ok(Released::NotHeld));
                 }
                 Ok(HandOffReply::Freed) => {
-                    self.queues.withdraw(&keys.lock, &next);
-                    self.queues.ended(&keys.lock, &owner);
+                    self.queues.withdraw(&keys.local, &next);
+                    self.queues.ended(&keys.local, &owner);
                     return first.unwrap_or(Ok(Released::Freed));
                 }
                 Err(e) => {
@@ -210,8 +217,8 @@ impl Core {
                     // the lock instead, see handoff.lua).
                     self.cancel_hand_off(keys, &next_owner, next_lease_ms, "cancelling a lock hand-off with an unknown outcome failed; it expires with its lease")
                         .await;
-                    self.queues.withdraw(&keys.lock, &next);
-                    self.queues.ended(&keys.lock, &owner);
+                    self.queues.withdraw(&keys.local, &next);
+                    self.queues.ended(&keys.local, &owner);
                     return first.unwrap_or(Err(e));
                 }
             }
@@ -224,7 +231,7 @@ impl Core {
         let lease_ms = duration_ms(self.config.watchdog_timeout);
         // Named as the last count: the hold ends whatever count it has.
         let outcome = self.release(keys, owner, lease_ms, 1, || {}).await;
-        self.queues.ended(&keys.lock, owner);
+        self.queues.ended(&keys.local, owner);
         outcome.map(|o| o != ReleaseOutcome::NotHeld)
     }
 
@@ -267,9 +274,9 @@ impl Core {
             latch_ms: self.cancel_latch_ms(lease_ms),
             publish,
         }
-        .cmd(&self.scripts.cancel);
+        .cmd(self.scripts.cancel_for(keys.rule));
         let reply = self
-            .run_with_retries(keys, &self.scripts.cancel, &cmd, || {})
+            .run_with_retries(keys, self.scripts.cancel_for(keys.rule), &cmd, || {})
             .await?;
         let undone = CancelReply::parse(&reply)? == CancelReply::Undone;
         if undone {
@@ -284,7 +291,7 @@ impl Core {
             // 406929: it ended that hold here, its guards read "lost" and a
             // shutdown forgot to release it).
             if mode == CancelMode::New {
-                self.queues.ended(&keys.lock, owner);
+                self.queues.ended(&keys.local, owner);
             }
         }
         Ok(undone)
@@ -328,10 +335,10 @@ impl Core {
             counts,
             publish,
         }
-        .cmd(&self.scripts.release);
+        .cmd(self.scripts.release_for(keys.rule));
         let retried = std::sync::atomic::AtomicBool::new(false);
         let reply = self
-            .run_with_retries(keys, &self.scripts.release, &cmd, || {
+            .run_with_retries(keys, self.scripts.release_for(keys.rule), &cmd, || {
                 retried.store(true, Ordering::Relaxed);
                 on_retry()
             })
@@ -350,6 +357,9 @@ impl Core {
                 ReleaseOutcome::Freed { told: 0 }
             }
             ReleaseReply::HoldsRemain => ReleaseOutcome::HoldsRemain,
+            // The hold ended; the lock stays held by others (readers): for
+            // this hold, as if freed, with nobody told.
+            ReleaseReply::EndedSharing => ReleaseOutcome::Freed { told: 0 },
             ReleaseReply::Freed { told } => ReleaseOutcome::Freed { told },
         })
     }

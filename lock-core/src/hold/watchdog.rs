@@ -132,7 +132,8 @@ enum ArgBytes {
 impl RenewArgs {
     fn new(hold: &Hold) -> Self {
         let key = hold.keys.lock.as_bytes();
-        let owner = hold.owner.as_bytes();
+        let field = hold.keys.renewal_arg(&hold.owner);
+        let owner = field.as_bytes();
         let len = key.len() + owner.len();
         let bytes = match u8::try_from(len) {
             Ok(short) if len <= INLINE_ARGS => {

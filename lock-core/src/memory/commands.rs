@@ -133,6 +133,7 @@ static COMMANDS: &[Spec] = &[
     spec("hset", -4, hset),
     spec("hget", 3, hget),
     spec("hgetall", 2, hgetall),
+    spec("hkeys", 2, hkeys),
     spec("hdel", -3, hdel),
     spec("hexists", 3, hexists),
     spec("hincrby", 4, hincrby),
@@ -443,6 +444,18 @@ fn hgetall(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
             h.into_iter()
                 .flat_map(Hash::iter)
                 .flat_map(|(f, v)| [Reply::Bulk(f.to_vec()), Reply::Bulk(v.to_vec())])
+                .collect(),
+        ),
+        Err(e) => e,
+    }
+}
+
+fn hkeys(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    match hash_of(db, &args[1]) {
+        Ok(h) => Reply::Array(
+            h.into_iter()
+                .flat_map(Hash::iter)
+                .map(|(f, _)| Reply::Bulk(f.to_vec()))
                 .collect(),
         ),
         Err(e) => e,

@@ -30,7 +30,7 @@
 //! **Commands**: `PING`, `EVAL`, `EVALSHA`, `SCRIPT LOAD|EXISTS|FLUSH`,
 //! `DEL`, `EXISTS`, `TYPE`, `GET`, `SET` (`NX`, `XX`, `GET`, `EX`, `PX`,
 //! `KEEPTTL`), `INCR`, `DECR`, `INCRBY`, `DECRBY`, `HSET`, `HGET`,
-//! `HGETALL`, `HDEL`, `HEXISTS`, `HINCRBY`, `HLEN`, `PEXPIRE` and `EXPIRE`
+//! `HGETALL`, `HKEYS`, `HDEL`, `HEXISTS`, `HINCRBY`, `HLEN`, `PEXPIRE` and `EXPIRE`
 //! (`NX`, `XX`, `GT`, `LT`), `PTTL`, `TTL`, `ZADD` (`NX`, `XX`, `GT`,
 //! `LT`, `CH`), `ZREM`, `ZRANGE` (by rank, `WITHSCORES`), `ZSCORE`,
 //! `ZCARD`, `TIME`, `PUBLISH`, `SPUBLISH`, `PUBSUB NUMSUB|SHARDNUMSUB`,

@@ -3,7 +3,7 @@
 
 use redis::{Cmd, Value};
 
-use super::keys::LockKeys;
+use super::keys::{LockKeys, Rule};
 use super::{pair, unexpected, Script};
 use crate::error::{Error, Result};
 
@@ -58,9 +58,19 @@ pub(crate) struct AcquireCall<'a> {
     pub(crate) client_id: &'a str,
 }
 
+/// How long a waiting writer's mark keeps new readers of lock-core out
+/// (`rw_acquire.lua`'s `ARGV[10]`): the writer renews it at every attempt,
+/// at least every half of it; a writer that stops waiting (or dies) leaves
+/// it to lapse.
+pub(crate) const WRITER_MARK_MS: u64 = 2_000;
+
 impl AcquireCall<'_> {
-    /// The `EVALSHA` command.
+    /// The `EVALSHA` command (`acquire.lua`, or `rw_acquire.lua` for a side
+    /// of a read-write lock: `script` is the one the keys' rule names).
     pub(crate) fn cmd(&self, script: &Script) -> Cmd {
+        if self.keys.rule != Rule::Exclusive {
+            return self.rw_cmd(script);
+        }
         let (mode, line) = match self.mode {
             AcquireMode::New(line) => ("new", line),
             AcquireMode::Reentry => ("re", Line::Once),
@@ -81,6 +91,42 @@ impl AcquireCall<'_> {
                 self.latch_ms,
                 self.client_id,
                 line.as_arg(),
+            ),
+        )
+    }
+}
+
+impl AcquireCall<'_> {
+    fn rw_cmd(&self, script: &Script) -> Cmd {
+        let side = self.keys.rule.side();
+        let (mode, line) = match self.mode {
+            AcquireMode::New(line) => (side.to_string(), line),
+            AcquireMode::Reentry => (format!("{side}-re"), Line::Once),
+        };
+        script.evalsha(
+            &[
+                self.keys.lock.as_str(),
+                self.keys.token.as_str(),
+                self.latch,
+                self.keys.queue.as_str(),
+                self.keys.turn.as_str(),
+                self.keys.writer.as_str(),
+            ],
+            (
+                (
+                    self.lease_ms,
+                    self.owner,
+                    mode,
+                    self.token_retention_ms,
+                    self.latch_ms,
+                    self.client_id,
+                    line.as_arg(),
+                ),
+                (
+                    self.keys.rw_prefix.as_str(),
+                    self.keys.downgrade_from.as_deref().unwrap_or(""),
+                    WRITER_MARK_MS,
+                ),
             ),
         )
     }

@@ -3,7 +3,7 @@
 
 use redis::{Cmd, Value};
 
-use super::keys::{LockKeys, UNLOCK_MESSAGE};
+use super::keys::{LockKeys, Rule, UNLOCK_MESSAGE};
 use super::{unexpected, Script};
 use crate::error::Result;
 
@@ -41,7 +41,26 @@ pub(crate) struct CancelCall<'a> {
 
 impl CancelCall<'_> {
     /// The `EVALSHA` command.
+    /// (`cancel.lua`, or `rw_cancel.lua` for a side of a read-write lock:
+    /// `script` is the one the keys' rule names.)
     pub(crate) fn cmd(&self, script: &Script) -> Cmd {
+        if self.keys.rule != Rule::Exclusive {
+            return script.evalsha(
+                &[
+                    self.keys.lock.as_str(),
+                    self.keys.channel.as_str(),
+                    self.latch,
+                ],
+                (
+                    self.owner,
+                    self.mode.as_arg(),
+                    self.keys.rule.side(),
+                    self.latch_ms,
+                    self.publish,
+                    self.keys.rw_prefix.as_str(),
+                ),
+            );
+        }
         script.evalsha(
             &[
                 self.keys.lock.as_str(),

@@ -9,7 +9,7 @@ use crate::error::Result;
 
 /// The confirm script call for the hold `owner` of the lock `keys`.
 pub(crate) fn confirm_cmd(script: &Script, keys: &LockKeys, owner: &str) -> Cmd {
-    script.evalsha(&[keys.lock.as_str()], owner)
+    script.evalsha(&[keys.lock.as_str()], keys.field(owner).as_ref())
 }
 
 /// What the confirm script answered.

@@ -15,6 +15,32 @@ const LATCH_KIND: &str = "redisson_unlock_latch";
 /// and the client whose turn it is.
 const QUEUE_KIND: &str = "lockcore_waiters";
 const TURN_KIND: &str = "lockcore_turn";
+/// Redisson's channel of a read-write lock (both modes).
+const RW_CHANNEL_KIND: &str = "redisson_rwlock";
+/// lock-core's own: a writer of this client waits (new readers of
+/// lock-core wait behind it; Redisson ignores it).
+const WRITER_KIND: &str = "lockcore_writer";
+
+/// The grant rule of a lock handle (its public name: [`LockMode`]):
+/// which script family it speaks and which field of the hash is its hold.
+pub(crate) use crate::options::LockMode as Rule;
+
+impl Rule {
+    /// Whether a released hold may go straight to a local waiter
+    /// (`handoff.lua` moves the lock's single field; a read-write lock's
+    /// hash has several).
+    pub(crate) fn hands_off(self) -> bool {
+        self == Rule::Exclusive
+    }
+
+    /// The script's name of the side (`rw_*.lua`'s mode argument).
+    pub(crate) fn side(self) -> &'static str {
+        match self {
+            Rule::Read => "read",
+            Rule::Exclusive | Rule::Write => "write",
+        }
+    }
+}
 
 /// Redisson's naming rule for the helper names of an object called `key`
 /// (`RedissonObject.prefixName`): `<kind>:{<key>}`, or `<kind>:<key>` when
@@ -46,16 +72,24 @@ fn hash_tag(key: &str) -> Option<&str> {
 /// be a lock's own key, or a lock named like another lock's fencing counter
 /// could reset it (tokens would go backwards).
 fn is_helper_name(key: &str) -> bool {
-    [CHANNEL_KIND, TOKEN_KIND, LATCH_KIND, QUEUE_KIND, TURN_KIND]
-        .iter()
-        .any(|kind| {
-            key.strip_prefix(kind)
-                .is_some_and(|rest| rest.starts_with(':'))
-        })
+    [
+        CHANNEL_KIND,
+        TOKEN_KIND,
+        LATCH_KIND,
+        QUEUE_KIND,
+        TURN_KIND,
+        RW_CHANNEL_KIND,
+        WRITER_KIND,
+    ]
+    .iter()
+    .any(|kind| {
+        key.strip_prefix(kind)
+            .is_some_and(|rest| rest.starts_with(':'))
+    })
 }
 
 /// The Redis names that belong to one lock.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub(crate) struct LockKeys {
     /// The user's name, without prefix.
     pub(crate) name: String,
@@ -73,28 +107,122 @@ pub(crate) struct LockKeys {
     /// `lockcore_turn:{<lock>}`: the client whose turn it is, for a moment
     /// after a release (same rule).
     pub(crate) turn: String,
+    /// Which primitive this handle is (its scripts and its hold's field).
+    pub(crate) rule: Rule,
+    /// What this client's local bookkeeping calls the handle (sections
+    /// and lock contexts find their holds by it): the lock key for the
+    /// lock, `<lock>` + NUL + `read` / `write` for the sides of a
+    /// read-write lock, so that neither re-enters the other.
+    pub(crate) ident: String,
+    /// The key of the local queue a fresh acquisition joins: `ident`, but
+    /// for readers one of their own (per lock context, or per acquisition)
+    /// so that readers of one client never queue behind each other.
+    pub(crate) local: String,
+    /// Read-write lock: `{<lock>}` (or `<lock>` when it holds a `{`), the
+    /// prefix of the readers' timeout keys
+    /// `<prefix>:<owner>:rwlock_timeout:<n>` (Redisson's `suffixName`).
+    pub(crate) rw_prefix: String,
+    /// Read-write lock: `lockcore_writer:{<lock>}`, the client whose
+    /// writer waits (new readers of lock-core wait behind it).
+    pub(crate) writer: String,
+    /// A reader's acquisition in a scope that holds the write side: the
+    /// write hold's owner id, so that the read is a downgrade.
+    pub(crate) downgrade_from: Option<std::sync::Arc<str>>,
 }
 
 impl LockKeys {
     /// Checks `name` and derives every key from `prefix + name`.
     pub(crate) fn new(prefix: &str, name: &str, max_len: usize) -> Result<Self> {
         validate_name(prefix, name, max_len)?;
+        Self::with_rule(prefix, name, max_len, Rule::Exclusive)
+    }
+
+    /// Checks `name` and derives every key of the side `rule` of a lock.
+    pub(crate) fn with_rule(prefix: &str, name: &str, max_len: usize, rule: Rule) -> Result<Self> {
+        validate_name(prefix, name, max_len)?;
         let lock = format!("{prefix}{name}");
+        let ident = match rule {
+            Rule::Exclusive => lock.clone(),
+            Rule::Read => format!("{lock}\0read"),
+            Rule::Write => format!("{lock}\0write"),
+        };
+        let channel = match rule {
+            Rule::Exclusive => prefixed(CHANNEL_KIND, &lock),
+            Rule::Read | Rule::Write => prefixed(RW_CHANNEL_KIND, &lock),
+        };
+        let rw_prefix = if lock.contains('{') {
+            lock.clone()
+        } else {
+            format!("{{{lock}}}")
+        };
         Ok(LockKeys {
             name: name.to_string(),
-            channel: prefixed(CHANNEL_KIND, &lock),
+            channel,
             token: prefixed(TOKEN_KIND, &lock),
             latch_prefix: format!("{}:", prefixed(LATCH_KIND, &lock)),
             queue: prefixed(QUEUE_KIND, &lock),
             turn: prefixed(TURN_KIND, &lock),
+            writer: prefixed(WRITER_KIND, &lock),
+            rw_prefix,
+            local: ident.clone(),
+            ident,
+            rule,
+            downgrade_from: None,
             lock,
         })
+    }
+
+    /// The keys of one read acquisition: its own local queue (`scope`: the
+    /// lock context's number, else a number of its own) and the write hold
+    /// it downgrades, if any.
+    pub(crate) fn for_reader(
+        &self,
+        scope: ReaderScope,
+        downgrade_from: Option<std::sync::Arc<str>>,
+    ) -> Self {
+        let local = match scope {
+            ReaderScope::Context(id) => format!("{}\0c{id}", self.ident),
+            ReaderScope::Alone(n) => format!("{}\0#{n}", self.ident),
+        };
+        LockKeys {
+            local,
+            downgrade_from,
+            ..self.clone()
+        }
+    }
+
+    /// The hash field of the hold `owner`: the owner id, or for a writer
+    /// `<owner>:write` (Redisson's layout).
+    pub(crate) fn field<'a>(&self, owner: &'a str) -> std::borrow::Cow<'a, str> {
+        match self.rule {
+            Rule::Write => std::borrow::Cow::Owned(format!("{owner}:write")),
+            Rule::Exclusive | Rule::Read => std::borrow::Cow::Borrowed(owner),
+        }
+    }
+
+    /// What the watchdog's renewal names for the hold `owner` (see
+    /// `renew.lua`): its field, or for a reader `<owner>` NUL `<prefix>`, so
+    /// that its own timeout keys are renewed too.
+    pub(crate) fn renewal_arg<'a>(&self, owner: &'a str) -> std::borrow::Cow<'a, str> {
+        match self.rule {
+            Rule::Read => std::borrow::Cow::Owned(format!("{owner}\0{}", self.rw_prefix)),
+            Rule::Exclusive | Rule::Write => self.field(owner),
+        }
     }
 
     /// The latch key that remembers the result of one release request.
     pub(crate) fn latch(&self, request_id: &str) -> String {
         format!("{}{request_id}", self.latch_prefix)
     }
+}
+
+/// Where a read acquisition queues locally (see [`LockKeys::for_reader`]).
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum ReaderScope {
+    /// Manual acquisitions of one lock context (they re-enter each other).
+    Context(u64),
+    /// An acquisition on its own.
+    Alone(u64),
 }
 
 fn validate_name(prefix: &str, name: &str, max_len: usize) -> Result<()> {
@@ -134,8 +262,8 @@ fn validate_name(prefix: &str, name: &str, max_len: usize) -> Result<()> {
     if is_helper_name(&key) {
         return Err(Error::InvalidName {
             reason: "name is reserved: keys starting with redisson_lock__channel:, \
-                     redisson_lock_token:, redisson_unlock_latch:, lockcore_waiters: or \
-                     lockcore_turn: belong to other locks"
+                     redisson_lock_token:, redisson_unlock_latch:, redisson_rwlock:, \
+                     lockcore_waiters:, lockcore_turn: or lockcore_writer: belong to other locks"
                 .into(),
         });
     }

@@ -24,6 +24,7 @@ mod test_support;
 use redis::Value;
 
 use crate::error::Error;
+use keys::Rule;
 
 pub(crate) use script::Script;
 
@@ -72,6 +73,10 @@ pub(crate) struct Scripts {
     /// A write of an unchanged count by the holder, for `WAIT` to count
     /// (see `replicas.rs`).
     pub(crate) confirm: Script,
+    /// The read-write lock's acquire, release and cancel.
+    pub(crate) rw_acquire: Script,
+    pub(crate) rw_release: Script,
+    pub(crate) rw_cancel: Script,
 }
 
 impl Scripts {
@@ -84,6 +89,33 @@ impl Scripts {
             force_unlock: Script::new(include_str!("force_unlock.lua")),
             cancel: Script::new(include_str!("cancel.lua")),
             confirm: Script::new(include_str!("confirm.lua")),
+            rw_acquire: Script::new(include_str!("rw_acquire.lua")),
+            rw_release: Script::new(include_str!("rw_release.lua")),
+            rw_cancel: Script::new(include_str!("rw_cancel.lua")),
+        }
+    }
+
+    /// The acquire script of the primitive `rule`.
+    pub(crate) fn acquire_for(&self, rule: Rule) -> &Script {
+        match rule {
+            Rule::Exclusive => &self.acquire,
+            Rule::Read | Rule::Write => &self.rw_acquire,
+        }
+    }
+
+    /// The release script of the primitive `rule`.
+    pub(crate) fn release_for(&self, rule: Rule) -> &Script {
+        match rule {
+            Rule::Exclusive => &self.release,
+            Rule::Read | Rule::Write => &self.rw_release,
+        }
+    }
+
+    /// The cancel script of the primitive `rule`.
+    pub(crate) fn cancel_for(&self, rule: Rule) -> &Script {
+        match rule {
+            Rule::Exclusive => &self.cancel,
+            Rule::Read | Rule::Write => &self.rw_cancel,
         }
     }
 }
@@ -103,6 +135,9 @@ mod tests {
             &s.force_unlock.sha,
             &s.cancel.sha,
             &s.confirm.sha,
+            &s.rw_acquire.sha,
+            &s.rw_release.sha,
+            &s.rw_cancel.sha,
         ];
         for sha in shas {
             assert_eq!(sha.len(), 40);
@@ -111,7 +146,7 @@ mod tests {
         let mut sorted: Vec<_> = shas.to_vec();
         sorted.sort();
         sorted.dedup();
-        assert_eq!(sorted.len(), 7);
+        assert_eq!(sorted.len(), 10);
     }
 
     #[test]

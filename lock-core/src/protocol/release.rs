@@ -4,7 +4,7 @@
 
 use redis::{Cmd, Value};
 
-use super::keys::{LockKeys, UNLOCK_MESSAGE};
+use super::keys::{LockKeys, Rule, UNLOCK_MESSAGE};
 use super::{text, unexpected, Script};
 use crate::error::Result;
 
@@ -29,7 +29,29 @@ pub(crate) struct ReleaseCall<'a> {
 
 impl ReleaseCall<'_> {
     /// The `EVALSHA` command.
+    /// (`release.lua`, or `rw_release.lua` for a side of a read-write
+    /// lock: `script` is the one the keys' rule names.)
     pub(crate) fn cmd(&self, script: &Script) -> Cmd {
+        if self.keys.rule != Rule::Exclusive {
+            return script.evalsha(
+                &[
+                    self.keys.lock.as_str(),
+                    self.keys.channel.as_str(),
+                    self.keys.queue.as_str(),
+                    self.keys.turn.as_str(),
+                ],
+                (
+                    self.owner,
+                    self.lease_ms,
+                    self.keys.rule.side(),
+                    self.client_id,
+                    self.turn_ms,
+                    self.counts.max(1),
+                    self.publish,
+                    self.keys.rw_prefix.as_str(),
+                ),
+            );
+        }
         script.evalsha(
             &[
                 self.keys.lock.as_str(),
@@ -61,6 +83,9 @@ pub(crate) enum ReleaseReply {
     FreedUntold { refusal: String },
     /// Counts of the hold remain (also for a repeated request).
     HoldsRemain,
+    /// The hold ended; other holds of the lock remain (readers of a
+    /// read-write lock, or a writer's own downgraded reads).
+    EndedSharing,
     /// The owner does not hold the lock.
     NotHeld,
 }
@@ -71,6 +96,7 @@ impl ReleaseReply {
         match reply {
             Value::Nil => Ok(ReleaseReply::NotHeld),
             Value::Int(0) => Ok(ReleaseReply::HoldsRemain),
+            Value::Int(-1) => Ok(ReleaseReply::EndedSharing),
             Value::Int(n) if *n >= 1 => Ok(ReleaseReply::Freed {
                 told: usize::try_from(n - 1).unwrap_or(usize::MAX),
             }),
@@ -107,7 +133,12 @@ mod tests {
                 refusal: "NOPERM".into()
             }
         );
-        for bad in [Value::Int(-1), Value::Array(vec![])] {
+        // rw_release.lua: the hold ended, others still hold the lock
+        assert_eq!(
+            ReleaseReply::parse(&Value::Int(-1))?,
+            ReleaseReply::EndedSharing
+        );
+        for bad in [Value::Int(-2), Value::Array(vec![])] {
             assert!(ReleaseReply::parse(&bad).is_err(), "{bad:?}");
         }
         Ok(())

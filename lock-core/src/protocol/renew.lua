@@ -1,13 +1,33 @@
 -- Extend the leases of many locks at once (the watchdog renews in batches).
 -- Per lock: renewed only while the owner still holds it.
--- KEYS[i] lock hash i; ARGV[1] lease in ms, ARGV[i + 1] owner id of lock i
+-- KEYS[i] lock hash i; ARGV[1] lease in ms, ARGV[i + 1] the hold's field in
+-- lock i: an owner id (a writer of a read-write lock: '<owner>:write'), or
+-- for a reader of a read-write lock '<owner>' NUL '<prefix>': then the
+-- reader's own timeout keys '<prefix>:<owner>:rwlock_timeout:<n>' are
+-- renewed too (never another owner's: Redisson renews every reader's).
 -- Returns one character per lock, as one string: '1' renewed, '0' the owner
 -- no longer holds it (a string: one reply value to build and parse, not
 -- one per lock).
 local lease = tonumber(ARGV[1])
 local result = {}
 for i, key in ipairs(KEYS) do
-  if redis.call('hexists', key, ARGV[i + 1]) == 1 then
+  local field = ARGV[i + 1]
+  local prefix = nil
+  local nul = string.find(field, '\0', 1, true)
+  if nul then
+    prefix = string.sub(field, nul + 1)
+    field = string.sub(field, 1, nul - 1)
+  end
+  local count = redis.call('hget', key, field)
+  if count then
+    if prefix then
+      for n = tonumber(count), 1, -1 do
+        local timeout = prefix .. ':' .. field .. ':rwlock_timeout:' .. n
+        if redis.call('pttl', timeout) < lease then
+          redis.call('pexpire', timeout, lease)
+        end
+      end
+    end
     -- extend only: a longer fixed lease of a re-entrant hold is kept
     if redis.call('pttl', key) < lease then
       redis.call('pexpire', key, lease)

@@ -86,6 +86,9 @@ struct Channel {
     /// confirmation of an older subscription does not mark this one live.
     generation: u64,
     waiters: VecDeque<Arc<Slot>>,
+    /// Every message wakes every waiter (a channel where several waiters
+    /// of one client may proceed at once: a read-write lock's readers).
+    wake_every: bool,
     /// Whether Redis confirmed (or refused) the subscription on the live
     /// connection.
     live: watch::Sender<Status>,
@@ -142,7 +145,7 @@ impl Shared {
     fn dispatch(&self, channel: &str, payload: &[u8]) {
         let state = self.state();
         if let Some(ch) = state.channels.get(channel) {
-            if payload == WAKE_ONE.as_bytes() {
+            if payload == WAKE_ONE.as_bytes() && !ch.wake_every {
                 ch.wake_one();
             } else {
                 ch.wake_all();
@@ -249,10 +252,22 @@ impl PubSub {
     /// Wait for [`Subscription::ready`] before the retry that follows, so an
     /// unlock between the retry and the wait is not missed.
     pub(crate) fn subscribe(&self, channel: &str) -> Subscription {
+        self.subscribe_waking(channel, false)
+    }
+
+    /// Like [`subscribe`](Self::subscribe), for a channel on which every
+    /// message wakes every local waiter (Redisson's `0` included): the
+    /// readers of a read-write lock may all proceed at once.
+    pub(crate) fn subscribe_shared(&self, channel: &str) -> Subscription {
+        self.subscribe_waking(channel, true)
+    }
+
+    fn subscribe_waking(&self, channel: &str, wake_every: bool) -> Subscription {
         let slot = Arc::new(Slot::default());
         let mut state = self.shared.state();
         let live = match state.channels.get_mut(channel) {
             Some(ch) => {
+                ch.wake_every |= wake_every;
                 ch.waiters.push_back(slot.clone());
                 ch.live.subscribe()
             }
@@ -265,6 +280,7 @@ impl PubSub {
                     Channel {
                         generation,
                         waiters: VecDeque::from([slot.clone()]),
+                        wake_every,
                         live,
                     },
                 );

@@ -1,0 +1,494 @@
+//! The read-write lock (`LockClient::rw_lock`) on a real redis-server:
+//! readers share, a writer excludes, re-entry, downgrade, the upgrade
+//! refused at once, wake-ups, renewal of a reader's own keys, writers not
+//! starved by a stream of readers, and "never a writer with anyone" under
+//! a mixed load, judged by an observer with its own connection.
+
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use lock_core::{in_context, AcquireOptions, Error, LockClient, LockContext, LockMode};
+
+use crate::support::{self, cmd, raw, within};
+
+/// An independent observer of a read-write lock: counters of readers and
+/// writers inside, in Redis, changed and read in one `MULTI` with its own
+/// connection. A writer entering while anyone is inside, or a reader
+/// entering while a writer is, is a violation (counted in Redis too).
+#[derive(Clone)]
+pub(crate) struct RwInside {
+    conn: redis::aio::MultiplexedConnection,
+    key: String,
+    /// The most readers seen inside at once.
+    pub(crate) most_readers: Arc<AtomicI64>,
+}
+
+impl RwInside {
+    pub(crate) async fn new(server: &lock_tests::RedisServer, name: &str) -> RwInside {
+        let mut conn = raw(server).await;
+        let key = format!("observer:rw:{name}");
+        let _: () = cmd(
+            &mut conn,
+            &[
+                "DEL",
+                &format!("{key}:r"),
+                &format!("{key}:w"),
+                &format!("{key}:bad"),
+            ],
+        )
+        .await;
+        RwInside {
+            conn,
+            key,
+            most_readers: Arc::new(AtomicI64::new(0)),
+        }
+    }
+
+    async fn step(&mut self, mine: &str, add: i64) -> (i64, i64) {
+        let (r, w) = (format!("{}:r", self.key), format!("{}:w", self.key));
+        let mut pipe = redis::pipe();
+        pipe.atomic()
+            .cmd("INCRBY")
+            .arg(if mine == "r" { &r } else { &w })
+            .arg(add)
+            .ignore()
+            .cmd("GET")
+            .arg(&r)
+            .cmd("GET")
+            .arg(&w);
+        let (readers, writers): (Option<i64>, Option<i64>) = pipe
+            .query_async(&mut self.conn)
+            .await
+            .unwrap_or_else(|e| panic!("observer: {e}"));
+        (readers.unwrap_or(0), writers.unwrap_or(0))
+    }
+
+    async fn violation(&mut self) {
+        let bad = format!("{}:bad", self.key);
+        let _: i64 = cmd(&mut self.conn, &["INCR", &bad]).await;
+    }
+
+    /// A reader comes in; false (and a violation) when a writer is inside.
+    pub(crate) async fn enter_read(&mut self) -> bool {
+        let (readers, writers) = self.step("r", 1).await;
+        self.most_readers.fetch_max(readers, Ordering::Relaxed);
+        if writers != 0 {
+            self.violation().await;
+        }
+        writers == 0
+    }
+
+    pub(crate) async fn leave_read(&mut self) {
+        self.step("r", -1).await;
+    }
+
+    /// A writer comes in; false (and a violation) when anyone else is inside.
+    pub(crate) async fn enter_write(&mut self) -> bool {
+        let (readers, writers) = self.step("w", 1).await;
+        let alone = readers == 0 && writers == 1;
+        if !alone {
+            self.violation().await;
+        }
+        alone
+    }
+
+    pub(crate) async fn leave_write(&mut self) {
+        self.step("w", -1).await;
+    }
+
+    pub(crate) async fn violations(&mut self) -> i64 {
+        let bad = format!("{}:bad", self.key);
+        let n: Option<i64> = cmd(&mut self.conn, &["GET", &bad]).await;
+        n.unwrap_or(0)
+    }
+}
+
+fn client(server: &lock_tests::RedisServer) -> LockClient {
+    support::client_for(server, 30_000)
+}
+
+async fn hash(
+    server: &lock_tests::RedisServer,
+    key: &str,
+) -> std::collections::HashMap<String, String> {
+    let mut conn = raw(server).await;
+    cmd(&mut conn, &["HGETALL", key]).await
+}
+
+#[tokio::test]
+async fn the_observer_catches_a_writer_with_a_reader() {
+    let server = support::server();
+    let mut seen = RwInside::new(&server, "planted").await;
+    assert!(seen.enter_read().await);
+    assert!(seen.enter_read().await, "readers share");
+    assert!(!seen.enter_write().await, "a writer with readers is caught");
+    seen.leave_write().await;
+    seen.leave_read().await;
+    seen.leave_read().await;
+    assert!(seen.enter_write().await);
+    assert!(!seen.enter_read().await, "a reader with a writer is caught");
+    assert_eq!(seen.violations().await, 2);
+    assert_eq!(seen.most_readers.load(Ordering::Relaxed), 2);
+}
+
+#[tokio::test]
+async fn readers_share_in_redissons_layout_and_a_writer_waits_for_them() {
+    let server = support::server();
+    let (a, b) = (client(&server), client(&server));
+    let rw_a = a.rw_lock("rw:share").expect("name");
+    let rw_b = b.rw_lock("rw:share").expect("name");
+    assert_eq!(rw_a.read().mode(), LockMode::Read);
+    assert_eq!(rw_a.write().mode(), LockMode::Write);
+    let r1 = rw_a.read().acquire().await.expect("first reader");
+    let r2 = rw_a
+        .read()
+        .acquire()
+        .await
+        .expect("a second reader of the same client");
+    let r3 = rw_b
+        .read()
+        .acquire()
+        .await
+        .expect("a reader of another client");
+    assert_ne!(r1.owner_id(), r2.owner_id(), "two holds, not a re-entry");
+    assert!(r2.fencing_token() > r1.fencing_token());
+    let h = hash(&server, "rw:share").await;
+    assert_eq!(h.get("mode").map(String::as_str), Some("read"));
+    for g in [&r1, &r2, &r3] {
+        assert_eq!(h.get(g.owner_id()).map(String::as_str), Some("1"));
+        let mut conn = raw(&server).await;
+        let key = format!("{{rw:share}}:{}:rwlock_timeout:1", g.owner_id());
+        let pttl: i64 = cmd(&mut conn, &["PTTL", &key]).await;
+        assert!(pttl > 25_000, "{key}: {pttl}");
+    }
+    let status = rw_b.status().await.expect("status");
+    assert_eq!(status.mode, Some(LockMode::Read));
+    assert_eq!(status.owners.len(), 3);
+    assert!(status.owners.iter().all(|o| o.mode == LockMode::Read));
+    // a writer cannot come in while they read
+    assert!(rw_b.write().try_acquire().await.expect("try").is_none());
+    let writer = tokio::spawn({
+        let w = rw_b.write();
+        async move { w.acquire_timeout(Duration::from_secs(10)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(!writer.is_finished(), "the writer waits for the readers");
+    r1.release().await.expect("release");
+    r2.release().await.expect("release");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert!(!writer.is_finished(), "one reader is left");
+    let released = Instant::now();
+    r3.release().await.expect("release");
+    let w = within(Duration::from_secs(3), "writer", writer)
+        .await
+        .expect("join")
+        .expect("the writer gets the lock");
+    assert!(
+        released.elapsed() < Duration::from_secs(1),
+        "woken by the last read release, not by a lease: {:?}",
+        released.elapsed()
+    );
+    let h = hash(&server, "rw:share").await;
+    assert_eq!(h.get("mode").map(String::as_str), Some("write"));
+    assert_eq!(
+        h.get(&format!("{}:write", w.owner_id()))
+            .map(String::as_str),
+        Some("1")
+    );
+    assert_eq!(h.len(), 2);
+    // readers wait for the writer
+    assert!(rw_a.read().try_acquire().await.expect("try").is_none());
+    w.release().await.expect("release");
+    let mut conn = raw(&server).await;
+    let exists: i64 = cmd(&mut conn, &["EXISTS", "rw:share"]).await;
+    assert_eq!(exists, 0);
+}
+
+#[tokio::test]
+async fn a_write_release_wakes_every_waiting_reader_at_once() {
+    let server = support::server();
+    let (a, b) = (client(&server), client(&server));
+    let w = a
+        .rw_lock("rw:wake")
+        .expect("name")
+        .write()
+        .acquire()
+        .await
+        .expect("write");
+    let rw_b = b.rw_lock("rw:wake").expect("name");
+    let mut readers = Vec::new();
+    for _ in 0..5 {
+        let r = rw_b.read();
+        readers.push(tokio::spawn(async move {
+            let g = r.acquire_timeout(Duration::from_secs(10)).await?;
+            let at = Instant::now();
+            tokio::time::sleep(Duration::from_millis(300)).await;
+            g.release().await?;
+            Ok::<_, Error>(at)
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let released = Instant::now();
+    w.release().await.expect("release");
+    let mut last = released;
+    for r in readers {
+        let at = within(Duration::from_secs(5), "reader", r)
+            .await
+            .expect("join")
+            .expect("a reader gets in");
+        last = last.max(at);
+    }
+    // all five in within one hold time of each other: they read together
+    assert!(
+        last - released < Duration::from_millis(250),
+        "every reader in soon after the write release: {:?}",
+        last - released
+    );
+}
+
+#[tokio::test]
+async fn an_upgrade_fails_at_once_and_a_downgrade_keeps_a_read() {
+    let server = support::server();
+    let (a, b) = (client(&server), client(&server));
+    let rw = a.rw_lock("rw:grade").expect("name");
+    let other = b.rw_lock("rw:grade").expect("name");
+    // upgrade: read, then write in the same context
+    in_context(async {
+        let r = rw.read().acquire().await.expect("read");
+        let started = Instant::now();
+        let err = rw
+            .write()
+            .acquire_timeout(Duration::from_secs(5))
+            .await
+            .expect_err("refused");
+        assert!(
+            matches!(err, Error::UpgradeRefused { ref name } if name == "rw:grade"),
+            "{err}"
+        );
+        assert!(started.elapsed() < Duration::from_millis(100), "at once");
+        r.release().await.expect("release");
+        // with the read gone, the write is fine
+        let w = rw.write().acquire().await.expect("write");
+        w.release().await.expect("release");
+    })
+    .await;
+    // outside any context there is nothing to upgrade: a plain wait
+    let r = rw.read().acquire().await.expect("read");
+    assert!(rw.write().try_acquire().await.expect("try").is_none());
+    r.release().await.expect("release");
+    // downgrade: write, read under it, release the write: a read remains
+    in_context(async {
+        let w = rw.write().acquire().await.expect("write");
+        let r = rw
+            .read()
+            .acquire_timeout(Duration::from_millis(500))
+            .await
+            .expect("a downgrade is granted at once");
+        assert!(
+            other.read().try_acquire().await.expect("try").is_none(),
+            "others still wait"
+        );
+        w.release().await.expect("release the write");
+        let h = hash(&server, "rw:grade").await;
+        assert_eq!(h.get("mode").map(String::as_str), Some("read"));
+        assert_eq!(h.get(r.owner_id()).map(String::as_str), Some("1"));
+        assert_eq!(h.len(), 2, "{h:?}");
+        // now another client's reader joins, and a writer waits
+        let shared = other.read().try_acquire().await.expect("try");
+        assert!(shared.is_some(), "readers share after the downgrade");
+        // (this context reads `other` now: its write would be an upgrade)
+        let err = other.write().try_acquire().await.expect_err("refused");
+        assert!(matches!(err, Error::UpgradeRefused { .. }), "{err}");
+        if let Some(shared) = shared {
+            shared.release().await.expect("release");
+        }
+        assert!(
+            other.write().try_acquire().await.expect("try").is_none(),
+            "a reader remains"
+        );
+        r.release().await.expect("release the read");
+    })
+    .await;
+    support::eventually(Duration::from_secs(2), || async {
+        let mut conn = raw(&server).await;
+        cmd::<i64, _>(&mut conn, &["EXISTS", "rw:grade"]).await == 0
+    })
+    .await
+    .expect("nothing left");
+}
+
+#[tokio::test]
+async fn readers_and_writers_re_enter_in_a_context_and_a_section() {
+    let server = support::server();
+    let c = client(&server);
+    let rw = c.rw_lock("rw:re").expect("name");
+    in_context(async {
+        let r1 = rw.read().acquire().await.expect("read");
+        let r2 = rw.read().acquire().await.expect("re-entry");
+        assert_eq!(r1.owner_id(), r2.owner_id(), "one hold, two counts");
+        assert_eq!(rw.read().hold_count().await.expect("count"), 2);
+        let mut conn = raw(&server).await;
+        for k in [1, 2] {
+            let key = format!("{{rw:re}}:{}:rwlock_timeout:{k}", r1.owner_id());
+            let v: i64 = cmd(&mut conn, &["EXISTS", &key]).await;
+            assert_eq!(v, 1, "{key}");
+        }
+        r2.release().await.expect("inner");
+        let key2 = format!("{{rw:re}}:{}:rwlock_timeout:2", r1.owner_id());
+        let v: i64 = cmd(&mut conn, &["EXISTS", &key2]).await;
+        assert_eq!(v, 0, "the inner release took its timeout key");
+        r1.release().await.expect("outer");
+        let w1 = rw.write().acquire().await.expect("write");
+        let w2 = rw.write().acquire().await.expect("write re-entry");
+        assert_eq!(w1.owner_id(), w2.owner_id());
+        let h = hash(&server, "rw:re").await;
+        assert_eq!(
+            h.get(&format!("{}:write", w1.owner_id()))
+                .map(String::as_str),
+            Some("2")
+        );
+        assert_eq!(rw.write().hold_count().await.expect("count"), 2);
+        drop(w2);
+        w1.release().await.expect("outer");
+    })
+    .await;
+    // a section: the nested read re-enters the section's read
+    let outer = rw
+        .read()
+        .acquire_with(AcquireOptions::new().for_section())
+        .await
+        .expect("read");
+    let owner = outer.owner_id().to_string();
+    LockContext::new()
+        .enter(&outer)
+        .scope(async {
+            let inner = rw.read().acquire().await.expect("nested read");
+            assert_eq!(inner.owner_id(), owner);
+            let err = rw.write().acquire().await.expect_err("refused");
+            assert!(matches!(err, Error::UpgradeRefused { .. }), "{err}");
+            inner.release().await.expect("inner");
+        })
+        .await;
+    outer.release().await.expect("outer");
+}
+
+#[tokio::test]
+async fn a_writer_is_not_starved_by_a_stream_of_readers() {
+    let server = support::server();
+    let readers_client = client(&server);
+    let other_readers = client(&server);
+    let writer_client = client(&server);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let reads = Arc::new(AtomicI64::new(0));
+    let mut tasks = Vec::new();
+    for i in 0..8 {
+        let rw = if i % 2 == 0 {
+            &readers_client
+        } else {
+            &other_readers
+        }
+        .rw_lock("rw:starve")
+        .expect("name");
+        let (stop, reads) = (stop.clone(), reads.clone());
+        tasks.push(tokio::spawn(async move {
+            // staggered: at any moment several readers are inside
+            tokio::time::sleep(Duration::from_millis(12 * i)).await;
+            let started = Instant::now();
+            // no pause between reads; bounded in count and time
+            for _ in 0..100_000 {
+                if stop.load(Ordering::Relaxed) || started.elapsed() > Duration::from_secs(20) {
+                    break;
+                }
+                if let Ok(g) = rw.read().acquire_timeout(Duration::from_secs(10)).await {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    let _ = g.release().await;
+                    reads.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+        }));
+    }
+    // the readers overlap from now on
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let rw = writer_client.rw_lock("rw:starve").expect("name");
+    let mut waits = Vec::new();
+    for _ in 0..3 {
+        let started = Instant::now();
+        let w = rw
+            .write()
+            .acquire_timeout(Duration::from_secs(10))
+            .await
+            .expect("the writer gets its turn");
+        waits.push(started.elapsed());
+        w.release().await.expect("release");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    for t in tasks {
+        within(Duration::from_secs(15), "reader loop", t)
+            .await
+            .expect("join");
+    }
+    println!("writer waits under 8 looping readers: {waits:?}");
+    assert!(reads.load(Ordering::Relaxed) > 20, "the readers did read");
+    // a reader holds 100 ms: the writer waits for those inside (and new
+    // readers wait behind it), never for the readers to stop
+    for w in &waits {
+        assert!(*w < Duration::from_secs(2), "writer waited {waits:?}");
+    }
+}
+
+#[tokio::test]
+async fn never_a_writer_with_anyone_under_a_mixed_load() {
+    let server = support::server();
+    let clients: Vec<LockClient> = (0..3).map(|_| client(&server)).collect();
+    let seen = RwInside::new(&server, "mixed").await;
+    let mut tasks = Vec::new();
+    for (i, c) in clients.iter().enumerate() {
+        for t in 0..4 {
+            let rw = c.rw_lock("rw:mixed").expect("name");
+            let mut seen = seen.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut done = (0u32, 0u32);
+                for round in 0..25u32 {
+                    let write = (round + t + i as u32).is_multiple_of(5);
+                    if write {
+                        let g = rw.write().acquire_timeout(Duration::from_secs(20)).await?;
+                        seen.enter_write().await;
+                        tokio::time::sleep(Duration::from_millis(2)).await;
+                        seen.leave_write().await;
+                        g.release().await?;
+                        done.1 += 1;
+                    } else {
+                        let g = rw.read().acquire_timeout(Duration::from_secs(20)).await?;
+                        seen.enter_read().await;
+                        tokio::time::sleep(Duration::from_millis(3)).await;
+                        seen.leave_read().await;
+                        g.release().await?;
+                        done.0 += 1;
+                    }
+                }
+                Ok::<_, Error>(done)
+            }));
+        }
+    }
+    let (mut reads, mut writes) = (0, 0);
+    for t in tasks {
+        let (r, w) = within(Duration::from_secs(60), "mixed task", t)
+            .await
+            .expect("join")
+            .expect("every acquisition succeeds");
+        reads += r;
+        writes += w;
+    }
+    let mut seen = seen;
+    assert_eq!(seen.violations().await, 0, "never a writer with anyone");
+    assert_eq!((reads, writes), (240, 60));
+    assert!(
+        seen.most_readers.load(Ordering::Relaxed) > 1,
+        "readers did share"
+    );
+    let mut conn = raw(&server).await;
+    let exists: i64 = cmd(&mut conn, &["EXISTS", "rw:mixed"]).await;
+    assert_eq!(exists, 0, "nothing left");
+}
