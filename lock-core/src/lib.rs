@@ -58,9 +58,10 @@
 //! around an `async fn`: the key is built from the arguments, the lock is
 //! acquired before the body runs and released when it returns, returns
 //! early, panics or is cancelled. Nested annotated calls in one task
-//! re-enter. Options: `key` (required), `wait`, `lease`, `client`,
-//! `skip_if_locked`, `cancel_on_lost`, `crate`; the attribute's own docs
-//! show each of them. Fns without `client = ...` use the client installed
+//! re-enter. Options: `key` (required), `mode` (`"read"` / `"write"`: a
+//! side of the [`RwLock`] instead of the exclusive lock), `wait`, `lease`,
+//! `client`, `skip_if_locked`, `cancel_on_lost`, `crate`; the attribute's
+//! own docs show each of them. Fns without `client = ...` use the client installed
 //! with [`install_default`]. The body reaches its hold (fencing token,
 //! lost signal) with [`HeldLock::current`], without another Redis call.
 //!
@@ -97,6 +98,13 @@
 //! #[distributed_lock(key = "order:{order.0}", wait = "5s", lease = "30s", client = client)]
 //! async fn pay(client: &LockClient, order: (u64, &str)) -> Result<(), ShopError> {
 //!     Ok(())
+//! }
+//!
+//! // readers of one sku share the read-write lock "price:{sku}"; a
+//! // `mode = "write"` fn with that key would run alone
+//! #[distributed_lock(key = "price:{sku}", mode = "read")]
+//! async fn price(sku: &str) -> Result<u64, ShopError> {
+//!     Ok(42)
 //! }
 //!
 //! // one replica runs it, the others skip (ShedLock-style)

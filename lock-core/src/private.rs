@@ -21,7 +21,7 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::lock::Lock;
 
-pub use crate::options::AcquireOptions;
+pub use crate::options::{AcquireOptions, LockMode};
 pub use core::pin::pin;
 pub use core::time::Duration;
 pub use std::format;
@@ -35,6 +35,30 @@ pub fn default_lock(name: &str) -> Result<Lock> {
 /// an `Arc<LockClient>`, ...).
 pub fn client_lock<C: Borrow<LockClient> + ?Sized>(client: &C, name: &str) -> Result<Lock> {
     client.borrow().lock(name)
+}
+
+/// The side `mode` of the read-write lock called `name` on the default
+/// client (`mode = "read"` / `"write"`); `LockMode::Exclusive` is the
+/// plain lock, as [`default_lock`].
+pub fn default_rw_lock(name: &str, mode: LockMode) -> Result<Lock> {
+    side(crate::default_client::default_client()?, name, mode)
+}
+
+/// The side `mode` of the read-write lock called `name` on `client`.
+pub fn client_rw_lock<C: Borrow<LockClient> + ?Sized>(
+    client: &C,
+    name: &str,
+    mode: LockMode,
+) -> Result<Lock> {
+    side(client.borrow(), name, mode)
+}
+
+fn side(client: &LockClient, name: &str, mode: LockMode) -> Result<Lock> {
+    match mode {
+        LockMode::Exclusive => client.lock(name),
+        LockMode::Read => Ok(client.rw_lock(name)?.read()),
+        LockMode::Write => Ok(client.rw_lock(name)?.write()),
+    }
 }
 
 /// A return value for a call that `skip_if_locked` skipped.

@@ -1,16 +1,20 @@
-//! The attribute's arguments: `key = "..."`, `wait = "5s"`, `lease = "30s"`,
-//! `client = <expr>`, `skip_if_locked`, `cancel_on_lost`, `crate = "path"`.
+//! The attribute's arguments: `key = "..."`, `mode = "read"`, `wait = "5s"`,
+//! `lease = "30s"`, `client = <expr>`, `skip_if_locked`, `cancel_on_lost`,
+//! `crate = "path"`.
 
 use proc_macro2::Span;
 use syn::ext::IdentExt;
 use syn::parse::{Parse, ParseStream};
-use syn::{Expr, Ident, LitStr, Path, Token};
+use syn::{Expr, ExprLit, Ident, Lit, LitStr, Path, Token};
 
 use crate::template::KeyTemplate;
 
 /// Every option the attribute takes, in the order the docs list them.
 const OPTIONS: &str =
-    "`key`, `wait`, `lease`, `client`, `skip_if_locked`, `cancel_on_lost`, `crate`";
+    "`key`, `mode`, `wait`, `lease`, `client`, `skip_if_locked`, `cancel_on_lost`, `crate`";
+
+/// The values `mode` takes.
+const MODES: &str = "\"read\", \"write\" or \"exclusive\" (the default)";
 
 /// The longest lease lock-core accepts (365 days), in milliseconds.
 const MAX_LEASE_MS: u64 = 365 * 24 * 60 * 60 * 1000;
@@ -22,10 +26,24 @@ pub(crate) struct DurationArg {
     pub(crate) lit: LitStr,
 }
 
+/// Which lock the attribute takes: lock-core's exclusive lock (the
+/// default), or one side of its read-write lock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum LockKind {
+    /// `LockClient::lock`: one holder at a time.
+    Exclusive,
+    /// `LockClient::rw_lock(..).read()`: shared with other readers.
+    Read,
+    /// `LockClient::rw_lock(..).write()`: alone.
+    Write,
+}
+
 /// The parsed arguments of one `#[distributed_lock(...)]`.
 #[derive(Debug)]
 pub(crate) struct Args {
     pub(crate) key: KeyTemplate,
+    /// `mode = "..."`; `Exclusive` when not given.
+    pub(crate) kind: LockKind,
     pub(crate) wait: Option<DurationArg>,
     pub(crate) lease: Option<DurationArg>,
     pub(crate) client: Option<Expr>,
@@ -41,6 +59,7 @@ pub(crate) struct Args {
 #[derive(Default)]
 struct Partial {
     key: Option<KeyTemplate>,
+    kind: Option<LockKind>,
     wait: Option<DurationArg>,
     lease: Option<DurationArg>,
     client: Option<Expr>,
@@ -59,6 +78,10 @@ impl Parse for Args {
                 "key" => {
                     let lit = value::<LitStr>(input)?;
                     set_once(&mut partial.key, KeyTemplate::parse(&lit)?, &name)?;
+                }
+                "mode" => {
+                    let kind = lock_kind(&value::<Expr>(input)?)?;
+                    set_once(&mut partial.kind, kind, &name)?;
                 }
                 "wait" => {
                     let d = duration(&value::<LitStr>(input)?, "wait")?;
@@ -123,6 +146,7 @@ impl Parse for Args {
         }
         Ok(Args {
             key,
+            kind: partial.kind.unwrap_or(LockKind::Exclusive),
             wait: partial.wait,
             lease: partial.lease,
             client: partial.client,
@@ -162,6 +186,31 @@ fn set_once<T>(slot: &mut Option<T>, value: T, name: &Ident) -> syn::Result<()> 
     }
     *slot = Some(value);
     Ok(())
+}
+
+/// Parses the value of `mode`: a string literal naming the lock's kind.
+/// Anything else is an error on the value.
+fn lock_kind(value: &Expr) -> syn::Result<LockKind> {
+    let lit = match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Str(lit), ..
+        }) => lit,
+        _ => {
+            return Err(syn::Error::new_spanned(
+                value,
+                format!("`mode` takes a string: {MODES}, like mode = \"read\""),
+            ))
+        }
+    };
+    match lit.value().as_str() {
+        "exclusive" => Ok(LockKind::Exclusive),
+        "read" => Ok(LockKind::Read),
+        "write" => Ok(LockKind::Write),
+        other => Err(syn::Error::new_spanned(
+            lit,
+            format!("unknown mode {other:?}: write {MODES}"),
+        )),
+    }
 }
 
 /// Parses `"250ms"`, `"5s"`, `"2m"` or `"1h"`; zero is rejected.
@@ -236,12 +285,39 @@ mod tests {
             parse(quote::quote!(key = "a", cancel_on_lost)).unwrap_or_else(|e| panic!("{e}"));
         assert!(cancel.cancel_on_lost.is_some());
         assert!(cancel.skip_if_locked.is_none());
+        assert_eq!(args.kind, LockKind::Exclusive);
         assert_eq!(args.wait.map(|d| d.millis), Some(250));
         assert_eq!(args.lease.map(|d| d.millis), Some(120_000));
         assert!(args.client.is_some());
         assert!(args.skip_if_locked.is_some());
         let krate = &args.krate;
         assert_eq!(quote::quote!(#krate).to_string(), ":: facade :: locks");
+    }
+
+    #[test]
+    fn mode_names_the_lock_kind() {
+        for (tokens, kind) in [
+            (quote::quote!(key = "a"), LockKind::Exclusive),
+            (
+                quote::quote!(key = "a", mode = "exclusive"),
+                LockKind::Exclusive,
+            ),
+            (quote::quote!(mode = "read", key = "a"), LockKind::Read),
+            (
+                quote::quote!(key = "a", mode = "write", skip_if_locked),
+                LockKind::Write,
+            ),
+        ] {
+            let args = parse(tokens).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(args.kind, kind);
+        }
+        assert!(err(quote::quote!(key = "a", mode = "shared")).contains("unknown mode \"shared\""));
+        assert!(err(quote::quote!(key = "a", mode = "Read")).contains("unknown mode"));
+        assert!(err(quote::quote!(key = "a", mode = read)).contains("`mode` takes a string"));
+        assert!(err(quote::quote!(key = "a", mode = 1)).contains("`mode` takes a string"));
+        assert!(err(quote::quote!(key = "a", mode)).contains("expected `=`"));
+        assert!(err(quote::quote!(key = "a", mode = "read", mode = "write"))
+            .contains("duplicate option `mode`"));
     }
 
     #[test]

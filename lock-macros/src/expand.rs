@@ -13,7 +13,7 @@ use syn::spanned::Spanned;
 use syn::visit_mut::VisitMut;
 use syn::{AttrStyle, Ident, ItemFn, ReturnType, TraitItemFn, Type};
 
-use crate::args::Args;
+use crate::args::{Args, LockKind};
 use crate::signature::{self, Mode};
 use crate::template::{KeyTemplate, Segment};
 
@@ -162,12 +162,24 @@ fn build(func: &ItemFn, args: &Args, mode: Mode, key: TokenStream) -> TokenStrea
         block,
     } = func;
 
-    let handle = match &args.client {
-        Some(client) => {
+    // The exclusive lock (the default) keeps the calls it always had; a
+    // side of the read-write lock names its mode.
+    let side = match args.kind {
+        LockKind::Exclusive => None,
+        LockKind::Read => Some(quote!(#private::LockMode::Read)),
+        LockKind::Write => Some(quote!(#private::LockMode::Write)),
+    };
+    let handle = match (&args.client, side) {
+        (Some(client), None) => {
             let client = quote_spanned!(client.span()=> &(#client));
             quote!(#private::client_lock(#client, #key))
         }
-        None => quote!(#private::default_lock(#key)),
+        (Some(client), Some(side)) => {
+            let client = quote_spanned!(client.span()=> &(#client));
+            quote!(#private::client_rw_lock(#client, #key, #side))
+        }
+        (None, None) => quote!(#private::default_lock(#key)),
+        (None, Some(side)) => quote!(#private::default_rw_lock(#key, #side)),
     };
 
     let mut options = quote!(#private::AcquireOptions::new());
@@ -344,6 +356,49 @@ mod tests {
         ] {
             assert!(out.contains(part), "missing `{part}` in\n{out}");
         }
+    }
+
+    #[test]
+    fn mode_takes_a_side_of_the_read_write_lock() {
+        let item = quote!(
+            async fn price(sku: &str) -> Result<u32, E> {
+                Ok(1)
+            }
+        );
+        let out = expand_str(quote!(key = "price:{sku}", mode = "read"), item.clone());
+        assert!(
+            out.contains(":: lock_core :: __private :: default_rw_lock (& :: lock_core :: __private :: format ! (\"price:{}\" , sku) , :: lock_core :: __private :: LockMode :: Read)"),
+            "{out}"
+        );
+        assert!(
+            out.contains(":: lock_core :: __private :: locked (__lock_handle"),
+            "{out}"
+        );
+        let out = expand_str(
+            quote!(
+                key = "price:{sku}",
+                mode = "write",
+                client = &self.locks,
+                skip_if_locked
+            ),
+            quote!(
+                async fn reprice(&self, sku: &str) {}
+            ),
+        );
+        assert!(
+            out.contains("client_rw_lock (& (& self . locks) , & :: lock_core :: __private :: format ! (\"price:{}\" , sku) , :: lock_core :: __private :: LockMode :: Write)"),
+            "{out}"
+        );
+        assert!(
+            out.contains("AcquireOptions :: new () . no_wait ()"),
+            "{out}"
+        );
+        // "exclusive" is the default, spelled out: the same code as without `mode`.
+        let default = expand_str(quote!(key = "price:{sku}"), item.clone());
+        let spelled = expand_str(quote!(key = "price:{sku}", mode = "exclusive"), item);
+        assert_eq!(default, spelled);
+        assert!(default.contains("default_lock (&"), "{default}");
+        assert!(!default.contains("LockMode"), "{default}");
     }
 
     #[test]

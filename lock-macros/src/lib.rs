@@ -87,6 +87,7 @@ use proc_macro::TokenStream;
 /// | option | default | meaning |
 /// |---|---|---|
 /// | `key = "stock:{sku}"` | required | the lock's name, built from the arguments |
+/// | `mode = "read"` / `"write"` | `"exclusive"` | a side of the read-write lock `key` instead of the exclusive lock |
 /// | `wait = "5s"` | wait until acquired | give up after this long (`Error::WaitTimeout`) |
 /// | `lease = "30s"` | watchdog renewal | the lock expires after this long and is not renewed |
 /// | `client = expr` | the default client | the `LockClient` to use |
@@ -126,6 +127,52 @@ use proc_macro::TokenStream;
 ///     Ok(())
 /// }
 /// ```
+///
+/// ## `mode`: read-write locks
+///
+/// Without `mode` (or with `mode = "exclusive"`) the fn takes the
+/// exclusive lock `key` ([`LockClient::lock`]): one call at a time.
+/// `mode = "read"` and `mode = "write"` take a side of the read-write lock
+/// `key` instead ([`LockClient::rw_lock`], wire-compatible with Redisson's
+/// `RReadWriteLock`): read calls run together, in any number and any
+/// process, while no write call runs; a write call runs alone. Every other
+/// option works the same (`wait`, `lease`, `client`, `skip_if_locked`,
+/// `cancel_on_lost`), and `HeldLock::current().mode()` tells the body
+/// which side it holds.
+///
+/// Nested calls follow lock-core's rules for the two sides: a read call
+/// inside a write call with the same key is granted at once (a
+/// downgrade), a nested call of the same side re-enters, and a write call
+/// inside a read call with the same key fails at once with
+/// `Error::UpgradeRefused` (converted with `From`, like every lock error)
+/// instead of waiting for itself. Any other value of `mode` is a compile
+/// error. Use one kind per name: an exclusive lock and a read-write lock
+/// with the same key are different Redis layouts and do not exclude each
+/// other.
+///
+/// ```no_run
+/// # use lock_core::distributed_lock;
+/// # #[derive(Debug)] pub struct CatalogError;
+/// # impl From<lock_core::Error> for CatalogError { fn from(_: lock_core::Error) -> Self { CatalogError } }
+/// # async fn load_price(_: &str) -> u64 { 0 }
+/// # async fn store_price(_: &str, _: u64) {}
+/// // Any number of readers of one sku at once, across every replica ...
+/// #[distributed_lock(key = "price:{sku}", mode = "read")]
+/// async fn price(sku: &str) -> Result<u64, CatalogError> {
+///     Ok(load_price(sku).await)
+/// }
+///
+/// // ... and a writer alone: it waits until the readers are out, and new
+/// // readers wait until it is done.
+/// #[distributed_lock(key = "price:{sku}", mode = "write", wait = "5s")]
+/// async fn set_price(sku: &str, cents: u64) -> Result<(), CatalogError> {
+///     store_price(sku, cents).await;
+///     Ok(())
+/// }
+/// ```
+///
+/// [`LockClient::lock`]: https://docs.rs/lock-core/latest/lock_core/struct.LockClient.html#method.lock
+/// [`LockClient::rw_lock`]: https://docs.rs/lock-core/latest/lock_core/struct.LockClient.html#method.rw_lock
 ///
 /// ## `wait` and `lease`
 ///
@@ -465,7 +512,9 @@ use proc_macro::TokenStream;
 /// The body becomes (names shortened):
 ///
 /// ```text
-/// let __lock_handle = __private::default_lock(&format!("stock:{}", sku)); // or client_lock(&(client), ..)
+/// let __lock_handle = __private::default_lock(&format!("stock:{}", sku)); // or client_lock(&(client), ..),
+///                                                                           // default_rw_lock(.., LockMode::Read),
+///                                                                           // client_rw_lock(&(client), .., LockMode::Write)
 /// let __lock_options = __private::AcquireOptions::new();                   // .wait(..) .lease(..) .no_wait()
 /// let __lock_body = pin!(async move {
 ///     if false {

@@ -8,5 +8,6 @@ mod support;
 /// The suites, one module per file in `attribute/`.
 mod attribute {
     mod macro_hold;
+    mod macro_modes;
     mod macros;
 }

@@ -296,6 +296,125 @@ impl Inside {
     }
 }
 
+/// The script of [`RwInside`]: `ARGV[1]` is `r` or `w`, `ARGV[2]` `1`
+/// (enter) or `-1` (leave). On entry it checks the read-write rule (a
+/// writer alone, readers only without a writer), counts a violation when
+/// it is broken, keeps the highest number of readers seen together and
+/// counts the entries of each side. Returns the readers and writers inside
+/// after the change.
+const RW_INSIDE: &str = r"
+local side, step = ARGV[1], tonumber(ARGV[2])
+redis.call('HINCRBY', KEYS[1], side, step)
+local r = tonumber(redis.call('HGET', KEYS[1], 'r') or '0')
+local w = tonumber(redis.call('HGET', KEYS[1], 'w') or '0')
+if step > 0 then
+    redis.call('HINCRBY', KEYS[1], side .. ':entries', 1)
+    if (side == 'w' and (r > 0 or w > 1)) or (side == 'r' and w > 0) then
+        redis.call('HINCRBY', KEYS[1], 'violations', 1)
+    end
+    if r > tonumber(redis.call('HGET', KEYS[1], 'max_r') or '0') then
+        redis.call('HSET', KEYS[1], 'max_r', r)
+    end
+end
+return {r, w}
+";
+
+/// An independent observer of the read-write rule: counters in one Redis
+/// hash, changed atomically by a script run on its own connection (not
+/// the lock library's). Readers call [`RwInside::enter_read`] /
+/// [`RwInside::leave_read`] around their section, writers the `write`
+/// pair; a writer entering while anyone is inside, or a reader entering
+/// while a writer is, is a violation recorded in Redis.
+#[derive(Clone)]
+pub struct RwInside {
+    conn: redis::aio::MultiplexedConnection,
+    key: String,
+    script: redis::Script,
+}
+
+impl RwInside {
+    pub async fn new(server: &RedisServer, name: &str) -> RwInside {
+        let mut conn = raw(server).await;
+        let key = format!("observer:rw:{name}");
+        let _: () = cmd(&mut conn, &["DEL", &key]).await;
+        RwInside {
+            conn,
+            key,
+            script: redis::Script::new(RW_INSIDE),
+        }
+    }
+
+    async fn step(&mut self, side: &str, step: i64) -> (i64, i64) {
+        self.script
+            .key(&self.key)
+            .arg(side)
+            .arg(step)
+            .invoke_async(&mut self.conn)
+            .await
+            .unwrap_or_else(|e| panic!("observer {side} {step}: {e}"))
+    }
+
+    /// A reader enters; the readers and writers inside now (itself included).
+    pub async fn enter_read(&mut self) -> (i64, i64) {
+        self.step("r", 1).await
+    }
+
+    pub async fn leave_read(&mut self) {
+        self.step("r", -1).await;
+    }
+
+    /// A writer enters; the readers and writers inside now (itself included).
+    pub async fn enter_write(&mut self) -> (i64, i64) {
+        self.step("w", 1).await
+    }
+
+    pub async fn leave_write(&mut self) {
+        self.step("w", -1).await;
+    }
+
+    async fn field(&mut self, field: &str) -> i64 {
+        let key = self.key.clone();
+        let n: Option<i64> = cmd(&mut self.conn, &["HGET", &key, field]).await;
+        n.unwrap_or(0)
+    }
+
+    /// Readers inside now.
+    pub async fn readers(&mut self) -> i64 {
+        self.field("r").await
+    }
+
+    /// The most readers seen inside together.
+    pub async fn max_readers(&mut self) -> i64 {
+        self.field("max_r").await
+    }
+
+    /// Sections entered so far: (reads, writes).
+    pub async fn entries(&mut self) -> (i64, i64) {
+        (self.field("r:entries").await, self.field("w:entries").await)
+    }
+
+    /// Violations of the read-write rule recorded so far.
+    pub async fn violations(&mut self) -> i64 {
+        self.field("violations").await
+    }
+
+    /// Polls (every 5 ms, at most `limit`) until at least `n` readers
+    /// have been inside at once; whether they were. (Not "are inside now":
+    /// the first to see them all may leave before the last one looks.)
+    pub async fn await_max_readers(&mut self, n: i64, limit: Duration) -> bool {
+        let start = Instant::now();
+        loop {
+            if self.max_readers().await >= n {
+                return true;
+            }
+            if start.elapsed() >= limit {
+                return false;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+}
+
 /// A tracing subscriber that records every span and event (level and
 /// fields as text), for suites that check what the library logs. Install it
 /// with `tracing::subscriber::with_default` around a current-thread runtime,
