@@ -150,6 +150,21 @@ impl LockError {
         self.source.is_not_replicated()
     }
 
+    /// A read-write layer's request asked for the write side of a lock
+    /// whose read side it already holds (a layer or handler nested in a
+    /// read request took the same key's write side): refused at once, as
+    /// waiting would never end. A mistake in the service, not the
+    /// client's: the HTTP flavour answers 500, the gRPC flavour `INTERNAL`.
+    ///
+    /// ```
+    /// let err = lock_tower::LockError::new("k", lock_core::Error::UpgradeRefused { name: "k".into() });
+    /// assert!(err.is_upgrade_refused() && !err.is_redis());
+    /// assert_eq!(err.reason(), "upgrade_refused");
+    /// ```
+    pub fn is_upgrade_refused(&self) -> bool {
+        matches!(self.source, lock_core::Error::UpgradeRefused { .. })
+    }
+
     /// The case in one word, the `reason` of the layer's log events and of
     /// its `lock_tower_rejections_total` counter:
     ///
@@ -160,6 +175,7 @@ impl LockError {
     /// | `"lost"` | [`is_lost`](Self::is_lost): cancelled by `cancel_on_lost` |
     /// | `"closed"` | [`is_closed`](Self::is_closed): the client was shut down |
     /// | `"not_replicated"` | [`is_not_replicated`](Self::is_not_replicated): too few replicas acknowledged the lock |
+    /// | `"upgrade_refused"` | [`is_upgrade_refused`](Self::is_upgrade_refused): a write asked for under the request's own read |
     /// | `"redis"` | anything else: Redis failed ([`is_redis`](Self::is_redis)) |
     ///
     /// ```
@@ -177,6 +193,8 @@ impl LockError {
             "closed"
         } else if self.is_not_replicated() {
             "not_replicated"
+        } else if self.is_upgrade_refused() {
+            "upgrade_refused"
         } else {
             "redis"
         }
@@ -213,6 +231,12 @@ impl fmt::Display for LockError {
             write!(f, "lock `{}` was lost", self.key)
         } else if self.is_not_replicated() {
             write!(f, "lock `{}` was not acknowledged by replicas", self.key)
+        } else if self.is_upgrade_refused() {
+            write!(
+                f,
+                "lock `{}`: write refused under the request's own read",
+                self.key
+            )
         } else {
             write!(f, "could not take lock `{}`", self.key)
         }
@@ -261,6 +285,10 @@ mod tests {
                 waited: std::time::Duration::from_millis(1),
             },
         );
+        let upgrade = LockError::new("k", lock_core::Error::UpgradeRefused { name: "k".into() });
+        assert!(upgrade.is_upgrade_refused() && !upgrade.is_redis());
+        assert_eq!(upgrade.reason(), "upgrade_refused");
+        assert!(!busy.is_upgrade_refused());
         let flags = |e: &LockError| {
             [
                 e.is_busy(),

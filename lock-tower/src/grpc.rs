@@ -12,6 +12,7 @@ use crate::body::LockBody;
 use crate::error::LockError;
 use crate::flavour::{AttachHeldLock, Flavour};
 use crate::lock::LockLayer;
+use crate::mode::{AlwaysWrite, ReadWrite};
 
 type Rejection = Arc<dyn Fn(&LockError) -> Status + Send + Sync>;
 
@@ -28,6 +29,7 @@ type Rejection = Arc<dyn Fn(&LockError) -> Status + Send + Sync>;
 /// | lost while the handler ran, with [`cancel_on_lost`](LockLayer::cancel_on_lost) | `ABORTED` (retry at a higher level: the call may have done part of its work) |
 /// | the lock client was shut down ([`LockError::is_closed`]) | `UNAVAILABLE` (another replica can take the call) |
 /// | too few replicas acknowledged the lock ([`LockError::is_not_replicated`]) | `UNAVAILABLE` |
+/// | a write refused under the call's own read ([`LockError::is_upgrade_refused`]; read-write layers) | `INTERNAL` |
 /// | Redis failed, or anything else | `INTERNAL` |
 ///
 /// This follows the HTTP flavour (503 / 400 / 500) through gRPC's own
@@ -78,6 +80,8 @@ impl Grpc {
             Status::unavailable("shutting down")
         } else if err.is_not_replicated() {
             Status::unavailable("lock not acknowledged by replicas")
+        } else if err.is_upgrade_refused() {
+            Status::internal("lock upgrade refused")
         } else {
             Status::internal("lock unavailable")
         }
@@ -128,6 +132,32 @@ impl<B, E> Flavour<Response<B>, E> for Grpc {
 impl<B> AttachHeldLock<Request<B>> for Grpc {
     fn attach(&self, req: &mut Request<B>, held: &HeldLock) {
         req.extensions_mut().insert(held.clone());
+    }
+}
+
+impl<K> LockLayer<ReadWrite<K, AlwaysWrite>, Grpc> {
+    /// A read-write layer of the [`Grpc`] flavour: each call with a key
+    /// takes a side of the read-write lock of that name (see
+    /// [`LockLayer::read_write`]). gRPC calls are all `POST`s and say
+    /// nothing about reading, so every call writes ([`AlwaysWrite`]) until
+    /// [`classify`](LockLayer::classify) is given a classifier: list the
+    /// methods that only read with [`ReadPaths`](crate::ReadPaths), or
+    /// write a closure over the `http::Request`. The method reads its side
+    /// from [`HeldLockExt::held_lock`](crate::HeldLockExt::held_lock)'s
+    /// [`mode`](HeldLock::mode).
+    ///
+    /// ```
+    /// use lock_tower::{LockLayer, MetadataKey, ReadPaths};
+    ///
+    /// # fn demo(client: lock_core::LockClient) {
+    /// // Balance and history calls of one account run together; the others alone.
+    /// let layer = LockLayer::grpc_read_write(client, MetadataKey::from_static("x-account-id").prefix("account:"))
+    ///     .classify(ReadPaths::new(["/bank.Accounts/Balance", "/bank.Accounts/History"]));
+    /// # let _ = layer;
+    /// # }
+    /// ```
+    pub fn grpc_read_write(client: LockClient, key: K) -> Self {
+        Self::with_flavour(client, ReadWrite::new(key, AlwaysWrite), Grpc::default())
     }
 }
 

@@ -14,6 +14,7 @@ use crate::body::LockBody;
 use crate::error::LockError;
 use crate::flavour::{AttachHeldLock, Flavour};
 use crate::lock::LockLayer;
+use crate::mode::{ReadWrite, SafeMethodsRead};
 
 /// The `Retry-After` of the default "busy" response: 1 second.
 ///
@@ -35,6 +36,7 @@ type Rejection = Arc<dyn Fn(&LockError) -> Response<Bytes> + Send + Sync>;
 /// | lost while the handler ran, with [`cancel_on_lost`](LockLayer::cancel_on_lost) ([`LockError::is_lost`]) | `503 Service Unavailable`, no `Retry-After` | `lock lost, request cancelled` |
 /// | the lock client was shut down ([`LockError::is_closed`]): this replica is going away | `503 Service Unavailable` | `shutting down` |
 /// | too few replicas acknowledged the lock ([`LockError::is_not_replicated`]; the lock client has `wait_for_replicas`) | `503 Service Unavailable` | `lock not acknowledged by replicas` |
+/// | a write refused under the request's own read ([`LockError::is_upgrade_refused`]; read-write layers) | `500 Internal Server Error` | `lock upgrade refused` |
 /// | Redis failed ([`LockError::is_redis`]) or anything else | `500 Internal Server Error` | `lock unavailable` |
 ///
 /// Contention is a 503 with `Retry-After` because that is what clients and
@@ -115,6 +117,8 @@ impl Http {
                 StatusCode::SERVICE_UNAVAILABLE,
                 "lock not acknowledged by replicas\n",
             )
+        } else if err.is_upgrade_refused() {
+            (StatusCode::INTERNAL_SERVER_ERROR, "lock upgrade refused\n")
         } else {
             (StatusCode::INTERNAL_SERVER_ERROR, "lock unavailable\n")
         };
@@ -161,6 +165,72 @@ impl<B, E> Flavour<Response<B>, E> for Http {
 impl<B> AttachHeldLock<Request<B>> for Http {
     fn attach(&self, req: &mut Request<B>, held: &HeldLock) {
         req.extensions_mut().insert(held.clone());
+    }
+}
+
+impl<K> LockLayer<ReadWrite<K, SafeMethodsRead>, Http> {
+    /// A read-write layer of the [`Http`] flavour: each request with a key
+    /// takes a side of the read-write lock of that name
+    /// ([`LockClient::rw_lock`], Redisson's `RReadWriteLock`). `GET`,
+    /// `HEAD` and `OPTIONS` requests read: any number of them run together
+    /// on one key, in every replica. Every other method writes: alone,
+    /// while no request reads or writes the key ([`SafeMethodsRead`];
+    /// change it with [`classify`](LockLayer::classify)).
+    ///
+    /// Everything else is as for [`LockLayer::new`]: the same options
+    /// (`wait`, `lease`, `cancel_on_lost`, `hold_until_body_end`,
+    /// `retry_after`, `on_rejection`), the same answers, the handler's
+    /// [`HeldLock`] in the request's extensions, whose
+    /// [`mode`](HeldLock::mode) says which side it holds. A handler that
+    /// takes the write side of its request's lock again under a read
+    /// request is refused at once
+    /// ([`Error::UpgradeRefused`](lock_core::Error::UpgradeRefused), a
+    /// 500); a read under a write is granted.
+    ///
+    /// The key must be the same for the reads and the writes of one
+    /// resource (not [`MethodPath`](crate::MethodPath), which has the
+    /// method in it), and used only by read-write layers: the plain lock
+    /// and the read-write lock of one name do not exclude each other.
+    ///
+    /// ```
+    /// use axum::{body::Body, extract::Path, http::Request, routing::get, Router};
+    /// use lock_core::LockMode;
+    /// use lock_tower::{Held, LockLayer, PathSegment};
+    /// use tower::ServiceExt;
+    ///
+    /// // Any number of GETs of one price at once, across every replica ...
+    /// async fn price(Path(sku): Path<String>, Held(held): Held) -> String {
+    ///     assert_eq!(held.mode(), LockMode::Read);
+    ///     format!("price of {sku}")
+    /// }
+    ///
+    /// // ... and a PUT alone: it waits for the readers, new readers wait for it.
+    /// async fn set_price(Path(sku): Path<String>, Held(held): Held) -> String {
+    ///     assert_eq!(held.mode(), LockMode::Write);
+    ///     format!("new price of {sku} under token {}", held.fencing_token())
+    /// }
+    ///
+    /// # #[tokio::main(flavor = "current_thread")]
+    /// # async fn main() -> Result<(), lock_tower::BoxError> {
+    /// # let server = lock_tests::RedisServer::start()?;
+    /// # let client = lock_core::LockClient::builder(server.url()).build()?;
+    /// let app = Router::new()
+    ///     .route("/prices/{sku}", get(price).put(set_price))
+    ///     .route_layer(LockLayer::read_write(client, PathSegment::after("prices").prefix("price:")));
+    ///
+    /// let res = app.clone().oneshot(Request::get("/prices/42").body(Body::empty())?).await?;
+    /// assert_eq!(res.status(), 200);
+    /// let res = app.oneshot(Request::put("/prices/42").body(Body::empty())?).await?;
+    /// assert_eq!(res.status(), 200);
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn read_write(client: LockClient, key: K) -> Self {
+        Self::with_flavour(
+            client,
+            ReadWrite::new(key, SafeMethodsRead),
+            Http::default(),
+        )
     }
 }
 

@@ -1,5 +1,7 @@
 //! Deriving a lock key from a request.
 
+use lock_core::LockMode;
+
 /// Maps a request to the name of the lock it must hold, or to `None` when
 /// it needs no lock (it then passes straight through, with no Redis call).
 ///
@@ -40,6 +42,37 @@ pub trait MakeLockKey<Req> {
     /// assert_eq!(key.make_lock_key(&3), None);
     /// ```
     fn make_lock_key(&self, req: &Req) -> Option<String>;
+
+    /// Which lock `req` takes under its key: [`LockMode::Exclusive`] (the
+    /// default) for the key's plain lock, [`LockMode::Read`] or
+    /// [`LockMode::Write`] for a side of the read-write lock of that name.
+    /// Asked only for requests with a key. [`ReadWrite`](crate::ReadWrite)
+    /// answers with its classifier; a key type of your own can override it
+    /// to classify requests itself.
+    ///
+    /// ```
+    /// use lock_core::LockMode;
+    /// use lock_tower::MakeLockKey;
+    ///
+    /// let key = |n: &u32| Some(format!("n:{n}"));
+    /// assert_eq!(key.lock_mode(&3), LockMode::Exclusive);
+    ///
+    /// /// Keys by resource; lists read, everything else writes.
+    /// struct Resources;
+    /// impl MakeLockKey<(&'static str, u32)> for Resources {
+    ///     fn make_lock_key(&self, req: &(&'static str, u32)) -> Option<String> {
+    ///         Some(format!("resource:{}", req.1))
+    ///     }
+    ///     fn lock_mode(&self, req: &(&'static str, u32)) -> LockMode {
+    ///         if req.0 == "list" { LockMode::Read } else { LockMode::Write }
+    ///     }
+    /// }
+    /// assert_eq!(Resources.lock_mode(&("list", 1)), LockMode::Read);
+    /// ```
+    fn lock_mode(&self, req: &Req) -> LockMode {
+        let _ = req;
+        LockMode::Exclusive
+    }
 }
 
 impl<F, Req, T> MakeLockKey<Req> for F

@@ -149,6 +149,55 @@
 //! # }
 //! ```
 //!
+//! # Readers together, writers alone
+//!
+//! [`LockLayer::read_write`] takes a side of the key's read-write lock
+//! ([`lock_core::RwLock`], Redisson's `RReadWriteLock`) instead of its
+//! plain lock: by default `GET`, `HEAD` and `OPTIONS` requests read (any
+//! number of them run together on one key, in every replica), every other
+//! method writes (alone). [`classify`](LockLayer::classify) replaces the
+//! rule with a closure `Fn(&Req) -> LockMode` or a [`ClassifyRequest`]
+//! such as [`ReadPaths`]. [`LockLayer::grpc_read_write`] and
+//! [`LockLayer::generic_read_write`] are the gRPC and generic flavours:
+//! their requests say nothing about reading, so all of them write until
+//! they are classified ([`AlwaysWrite`]). Every other option works as for
+//! the plain layers; the handler's [`HeldLock`](lock_core::HeldLock)
+//! tells its side with [`mode`](lock_core::HeldLock::mode).
+//!
+//! ```
+//! use axum::{body::Body, http::Request, routing::get, Router};
+//! use lock_core::LockMode;
+//! use lock_tower::{Held, LockLayer, PathSegment};
+//! use tower::ServiceExt;
+//!
+//! async fn show(Held(held): Held) -> &'static str {
+//!     match held.mode() {
+//!         LockMode::Read => "reading, maybe with others",
+//!         _ => "unexpected",
+//!     }
+//! }
+//!
+//! async fn edit(Held(held): Held) -> String {
+//!     // alone: no reader and no other writer of this document, anywhere
+//!     format!("{} under token {}", held.mode(), held.fencing_token())
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lock_tower::BoxError> {
+//! # let server = lock_tests::RedisServer::start()?;
+//! # let client = lock_core::LockClient::builder(server.url()).build()?;
+//! let app = Router::new()
+//!     .route("/docs/{id}", get(show).post(edit))
+//!     .route_layer(LockLayer::read_write(client, PathSegment::after("docs").prefix("doc:")));
+//!
+//! let res = app.clone().oneshot(Request::get("/docs/7").body(Body::empty())?).await?;
+//! assert_eq!(res.status(), 200);
+//! let res = app.oneshot(Request::post("/docs/7").body(Body::empty())?).await?;
+//! assert_eq!(res.status(), 200);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # The lock in the handler
 //!
 //! For every request with a key, the handler can read the lock it runs
@@ -224,6 +273,7 @@
 //! | `lost` | INFO | [`cancel_on_lost`](LockLayer::cancel_on_lost) cancelled a request (lock-core reports the loss itself, at WARN) |
 //! | `closed` | INFO | the lock client was shut down ([`LockError::is_closed`]): 503 / `UNAVAILABLE` |
 //! | `not_replicated` | WARN | too few replicas acknowledged the lock ([`LockError::is_not_replicated`]): 503 / `UNAVAILABLE` |
+//! | `upgrade_refused` | WARN, with an `error` field | a read-write layer's request asked for the write side under its own read ([`LockError::is_upgrade_refused`]): a mistake in the service |
 //! | `redis` | WARN, with an `error` field | Redis failed |
 //!
 //! Contention and bad input are the normal life of a locked service, so
@@ -239,7 +289,7 @@
 //!
 //! | metric | type | labels |
 //! |---|---|---|
-//! | `lock_tower_rejections_total` | counter | `reason`: `busy`, `invalid_key`, `lost`, `closed`, `not_replicated`, `redis` (as in "Logging") |
+//! | `lock_tower_rejections_total` | counter | `reason`: `busy`, `invalid_key`, `lost`, `closed`, `not_replicated`, `upgrade_refused`, `redis` (as in "Logging") |
 //!
 //! Incremented once per rejection, by every layer of the process. There
 //! is no per-key label: keys are unbounded (one per account, tenant, ...)
@@ -260,6 +310,7 @@ mod error;
 mod flavour;
 mod key;
 mod lock;
+mod mode;
 mod observe;
 
 #[cfg(feature = "http")]
@@ -277,6 +328,9 @@ pub use error::{BoxError, LockError};
 pub use flavour::{AttachHeldLock, Flavour, Generic};
 pub use key::MakeLockKey;
 pub use lock::{Lock, LockLayer, ResponseFuture, DEFAULT_WAIT};
+pub use mode::{AlwaysWrite, ClassifyRequest, ReadWrite};
+#[cfg(feature = "http")]
+pub use mode::{ReadPaths, SafeMethodsRead};
 
 #[cfg(feature = "http")]
 pub use body::LockBody;

@@ -10,6 +10,8 @@ mod middleware {
     mod lock_tower;
     mod lock_tower_grpc;
     mod lock_tower_http;
+    mod lock_tower_rw;
+    mod lock_tower_rw_grpc;
     mod tower_extension;
     mod tower_extension_grpc;
     mod tower_extension_http;

@@ -10,6 +10,7 @@ use tower_layer::Layer;
 use super::service::Lock;
 use super::settings::{Settings, Shared};
 use crate::flavour::Generic;
+use crate::mode::{AlwaysWrite, ReadWrite};
 
 /// How long a request waits for its lock by default before it is answered
 /// "busy": 5 seconds. Long enough to ride out a burst of requests on one
@@ -77,6 +78,73 @@ impl<K> LockLayer<K, Generic> {
     /// ```
     pub fn generic(client: LockClient, key: K) -> Self {
         Self::with_flavour(client, key, Generic)
+    }
+}
+
+impl<K> LockLayer<ReadWrite<K, AlwaysWrite>, Generic> {
+    /// A read-write layer of the [`Generic`] flavour: each request with a
+    /// key takes a side of the read-write lock of that name (see
+    /// [`LockLayer::read_write`]). Requests of any type say nothing about
+    /// reading, so every request writes ([`AlwaysWrite`]) until
+    /// [`classify`](LockLayer::classify) is given a classifier.
+    ///
+    /// ```
+    /// use lock_core::LockMode;
+    ///
+    /// # fn demo(client: lock_core::LockClient) {
+    /// // Reports read a tenant's data together; imports have it alone.
+    /// let layer = lock_tower::LockLayer::generic_read_write(client, |job: &(u32, &str)| {
+    ///     Some(format!("tenant:{}", job.0))
+    /// })
+    /// .classify(|job: &(u32, &str)| if job.1 == "report" { LockMode::Read } else { LockMode::Write });
+    /// # let _ = layer;
+    /// # }
+    /// ```
+    pub fn generic_read_write(client: LockClient, key: K) -> Self {
+        Self::with_flavour(client, ReadWrite::new(key, AlwaysWrite), Generic)
+    }
+}
+
+impl<K, C, F> LockLayer<ReadWrite<K, C>, F> {
+    /// Classifies requests with `classifier` instead: it decides, for each
+    /// request with a key, whether it takes the read side
+    /// ([`LockMode::Read`](lock_core::LockMode::Read), shared with the
+    /// other readers of the key) or the write side
+    /// ([`LockMode::Write`](lock_core::LockMode::Write), alone). A closure
+    /// `Fn(&Req) -> LockMode`, or a ready-made
+    /// [`ClassifyRequest`](crate::ClassifyRequest) such as
+    /// [`SafeMethodsRead`](crate::SafeMethodsRead) or
+    /// [`ReadPaths`](crate::ReadPaths) (gRPC methods by path). The other
+    /// settings stay.
+    ///
+    /// ```
+    /// use axum::body::Body;
+    /// use http::Request;
+    /// use lock_core::LockMode;
+    /// use lock_tower::{LockLayer, PathSegment};
+    ///
+    /// # fn demo(client: lock_core::LockClient) {
+    /// // Searches are POSTs that only read.
+    /// let layer = LockLayer::read_write(client, PathSegment::after("catalogs").prefix("catalog:"))
+    ///     .classify(|req: &Request<Body>| {
+    ///         if req.method() == http::Method::GET || req.uri().path().ends_with("/search") {
+    ///             LockMode::Read
+    ///         } else {
+    ///             LockMode::Write
+    ///         }
+    ///     });
+    /// # let _ = layer;
+    /// # }
+    /// ```
+    pub fn classify<C2>(self, classifier: C2) -> LockLayer<ReadWrite<K, C2>, F> {
+        LockLayer {
+            shared: Arc::new(Shared {
+                client: self.shared.client.clone(),
+                key: self.shared.key.with_classifier(classifier),
+            }),
+            settings: self.settings,
+            flavour: self.flavour,
+        }
     }
 }
 

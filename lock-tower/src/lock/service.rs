@@ -4,7 +4,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use lock_core::LockContext;
+use lock_core::{LockContext, LockMode};
 use tower_service::Service;
 
 use super::future::ResponseFuture;
@@ -18,7 +18,10 @@ use crate::key::MakeLockKey;
 ///
 /// - `poll_ready` delegates to the inner service.
 /// - `call` derives the key. No key: the inner service is called at once
-///   and nothing else happens. A key: the inner service that was polled
+///   and nothing else happens. A key: its lock is the key's plain lock, or
+///   the side of its read-write lock that
+///   [`MakeLockKey::lock_mode`](crate::MakeLockKey::lock_mode) names (the
+///   read-write layers' classifier); the inner service that was polled
 ///   ready is moved into the [`ResponseFuture`] (a clone stays behind),
 ///   which takes the lock, hands it to the request
 ///   ([`AttachHeldLock`]) and only then calls it, inside a
@@ -141,7 +144,13 @@ where
         let Some(key) = self.shared.key.make_lock_key(&req) else {
             return ResponseFuture::passthrough(self.inner.call(req), flavour);
         };
-        let lock = match self.shared.client.lock(&key) {
+        let client = &self.shared.client;
+        let lock = match self.shared.key.lock_mode(&req) {
+            LockMode::Read => client.rw_lock(&key).map(|rw| rw.read()),
+            LockMode::Write => client.rw_lock(&key).map(|rw| rw.write()),
+            _ => client.lock(&key),
+        };
+        let lock = match lock {
             Ok(lock) => lock,
             Err(e) => return ResponseFuture::rejected(LockError::new(key, e), flavour),
         };

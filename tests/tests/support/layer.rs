@@ -149,10 +149,14 @@ pub async fn send(client: &HttpClient, method: &str, url: String) -> Reply {
 
 /// A tonic server of the accounts service behind `layer`, on a loopback
 /// port; it stops when the returned sender is dropped.
-pub async fn start_grpc<S: lock_examples::proto::accounts_server::Accounts>(
-    layer: lock_tower::LockLayer<lock_tower::MetadataKey, lock_tower::Grpc>,
+pub async fn start_grpc<K, S>(
+    layer: lock_tower::LockLayer<K, lock_tower::Grpc>,
     service: S,
-) -> (SocketAddr, oneshot::Sender<()>) {
+) -> (SocketAddr, oneshot::Sender<()>)
+where
+    K: lock_tower::MakeLockKey<http::Request<tonic::body::Body>> + Send + Sync + 'static,
+    S: lock_examples::proto::accounts_server::Accounts,
+{
     let incoming =
         tonic::transport::server::TcpIncoming::bind("127.0.0.1:0".parse().expect("addr"))
             .expect("bind");
