@@ -14,6 +14,7 @@ mod faults {
     mod lanes;
     mod no_wedge;
     mod release_once;
+    mod rw_cut_faults;
     mod validity;
     mod wait_bounds;
 }

@@ -138,6 +138,27 @@ pub fn renew_sha() -> String {
     script_sha(include_str!("../../../lock-core/src/protocol/renew.lua"))
 }
 
+/// The SHA1 of lock-core's read-write lock acquire script.
+pub fn rw_acquire_sha() -> String {
+    script_sha(include_str!(
+        "../../../lock-core/src/protocol/rw_acquire.lua"
+    ))
+}
+
+/// The SHA1 of lock-core's read-write lock release script.
+pub fn rw_release_sha() -> String {
+    script_sha(include_str!(
+        "../../../lock-core/src/protocol/rw_release.lua"
+    ))
+}
+
+/// The SHA1 of lock-core's read-write lock cancel script.
+pub fn rw_cancel_sha() -> String {
+    script_sha(include_str!(
+        "../../../lock-core/src/protocol/rw_cancel.lua"
+    ))
+}
+
 fn script_sha(source: &str) -> String {
     redis::Script::new(source).get_hash().to_string()
 }
