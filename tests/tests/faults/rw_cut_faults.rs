@@ -161,7 +161,7 @@ where
 
 fn acquire_matcher(mode: &str, key: &str) -> CommandMatch {
     CommandMatch::name("EVALSHA")
-        .with_exact_arg(&rw_acquire_sha())
+        .with_exact_arg(rw_acquire_sha())
         .with_exact_arg(mode)
         .with_exact_arg(key)
 }
@@ -297,7 +297,7 @@ async fn read_and_write_releases_cut_at_every_offset_take_one_count_and_never_to
     let theirs = r.other.rw_lock(key).expect("name");
     let matcher = || {
         CommandMatch::name("EVALSHA")
-            .with_exact_arg(&rw_release_sha())
+            .with_exact_arg(rw_release_sha())
             .with_exact_arg(key)
     };
     let (command_len, reply_len) = lengths(&r.proxy, matcher(), || async {
@@ -379,7 +379,7 @@ async fn a_cancellation_cut_at_every_offset_still_leaves_no_hold() {
     let r = rig().await;
     let cancel = || {
         CommandMatch::name("EVALSHA")
-            .with_exact_arg(&rw_cancel_sha())
+            .with_exact_arg(rw_cancel_sha())
             .with_exact_arg("new")
     };
     // a read whose reply is lost is cancelled; measure that cancellation
