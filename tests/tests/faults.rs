@@ -15,6 +15,7 @@ mod faults {
     mod no_wedge;
     mod release_once;
     mod rw_cut_faults;
+    mod rw_faults;
     mod validity;
     mod wait_bounds;
 }
