@@ -401,3 +401,52 @@ async fn never_a_writer_with_anyone_under_a_mixed_load() {
     let exists: i64 = cmd(&mut conn, &["EXISTS", "rw:mixed"]).await;
     assert_eq!(exists, 0, "nothing left");
 }
+
+#[tokio::test]
+async fn writers_of_several_clients_take_turns() {
+    let server = support::server();
+    let clients: Vec<LockClient> = (0..3).map(|_| client(&server)).collect();
+    let seen = RwInside::new(&server, "turns").await;
+    let stop = Instant::now() + Duration::from_secs(3);
+    let mut tasks = Vec::new();
+    for (i, c) in clients.iter().enumerate() {
+        for _ in 0..2 {
+            let w = c.rw_lock("rw:turns").expect("name").write();
+            let mut seen = seen.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut mine = 0u32;
+                // no pause between sections; bounded in count and time
+                for _ in 0..10_000 {
+                    if Instant::now() > stop {
+                        break;
+                    }
+                    let g = w.acquire_timeout(Duration::from_secs(5)).await?;
+                    seen.enter_write().await;
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    seen.leave_write().await;
+                    g.release().await?;
+                    mine += 1;
+                }
+                Ok::<_, Error>((i, mine))
+            }));
+        }
+    }
+    let mut per_client = [0u32; 3];
+    for t in tasks {
+        let (i, n) = within(Duration::from_secs(20), "writer", t)
+            .await
+            .expect("join")
+            .expect("every write succeeds");
+        per_client[i] += n;
+    }
+    let mut seen = seen;
+    assert_eq!(seen.violations().await, 0, "one writer at a time");
+    let total: u32 = per_client.iter().sum();
+    println!("writes per client in 3 s: {per_client:?}");
+    for n in per_client {
+        assert!(
+            n * 5 >= total,
+            "every client's writers got turns: {per_client:?}"
+        );
+    }
+}
