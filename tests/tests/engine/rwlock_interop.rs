@@ -230,3 +230,63 @@ async fn a_redisson_reader_does_not_see_our_waiting_writers_mark() {
         .expect("the writer gets in once the Java reader leaves");
     w.release().await.expect("release");
 }
+
+/// The limit the docs state: Redisson's readers do not know our waiting
+/// writer's mark, so 8 Java readers reading back to back (overlapping,
+/// 100 ms each) keep our writer out for as long as they go on.
+#[tokio::test]
+async fn a_stream_of_redisson_readers_can_still_keep_our_writer_out() {
+    let server = support::server();
+    let stop = Instant::now() + Duration::from_millis(2_500);
+    let mut readers = Vec::new();
+    for i in 0..8u64 {
+        let mut j = java(&server, "ix:stream", &format!("java-{i}:1"), 30_000).await;
+        readers.push(tokio::spawn(async move {
+            tokio::time::sleep(Duration::from_millis(12 * i)).await;
+            let mut reads = 0u32;
+            for _ in 0..1_000 {
+                if Instant::now() > stop {
+                    break;
+                }
+                if j.read_lock().await.is_none() {
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    j.read_unlock().await;
+                    reads += 1;
+                } else {
+                    tokio::time::sleep(Duration::from_millis(5)).await;
+                }
+            }
+            reads
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let rw = client(&server, 30_000).rw_lock("ix:stream").expect("name");
+    let started = Instant::now();
+    let got = rw
+        .write()
+        .acquire_timeout(Duration::from_millis(1_500))
+        .await;
+    let waited = started.elapsed();
+    let mut reads = 0;
+    for r in readers {
+        reads += within(Duration::from_secs(10), "java reader", r)
+            .await
+            .expect("join");
+    }
+    println!(
+        "our writer under 8 looping Redisson readers: {:?} after {waited:?} ({reads} reads)",
+        got.as_ref().map(|_| "acquired")
+    );
+    assert!(reads > 50, "the Java readers read: {reads}");
+    assert!(
+        matches!(got, Err(ref e) if e.is_wait_timeout()),
+        "Java readers do not wait behind our writer's mark: {got:?}"
+    );
+    // once they stop, the writer gets in
+    let w = rw
+        .write()
+        .acquire_timeout(Duration::from_secs(3))
+        .await
+        .expect("write");
+    w.release().await.expect("release");
+}
