@@ -6,7 +6,10 @@
 //! see `workloads/refs.rs`) and L-serial, W1 (uncontended), W2
 //! (contended, one process), W3 (contended, several processes: copies of
 //! this program), W3NP (the same with one task per process, which asks
-//! again the moment its release returns), WD (watchdog holding many locks), LAYER (lock-tower's
+//! again the moment its release returns), R1 (readers only on one key of a
+//! read-write lock, set against W1 of the same run), M1 (90 % reads, 10 %
+//! writes on one read-write lock: reads/s, writes/s, the writers' waits),
+//! WD (watchdog holding many locks), LAYER (lock-tower's
 //! `LockLayer` against the same lock taken by hand, over loopback HTTP) —
 //! and prints one JSON line per measurement on stdout, then a summary with
 //! the ratios against the targets on stderr. `scripts/bench.sh` builds it in release mode and
@@ -20,7 +23,7 @@
 //! `server_cpu_us_per_cycle`: the server's (`INFO cpu`) over the same window.
 //!
 //! ```text
-//! lock-bench [--url URL] [--workloads REF,W1,W2,W3,W3NP,WD,LAYER] [--duration 5] [--warmup 1]
+//! lock-bench [--url URL] [--workloads REF,W1,W2,R1,M1,W3,W3NP,WD,LAYER] [--duration 5] [--warmup 1]
 //!            [--tasks 16] [--processes 4] [--wd-counts 10000,100000] [--wd-periods 3] [--ref-conns 1]
 //!            [--redis-cpu 0] [--bench-cpu 1] [--smoke]
 //! ```
@@ -43,7 +46,7 @@ use tokio::runtime::Runtime;
 use crate::args::{ChildOptions, Command, Options, Workload, USAGE};
 use crate::load::{load_average, Usage};
 use crate::report::Measurement;
-use crate::workloads::{layer, refs, w1, w2, w3, wd, Ctx};
+use crate::workloads::{layer, refs, rw, w1, w2, w3, wd, Ctx};
 
 /// Errors of the benchmark: reported on stderr, never unwrapped.
 pub(crate) type BenchResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
@@ -305,6 +308,14 @@ fn run_workloads(
                 .map(|lease| (lease.lib(), "W1".into(), rt.block_on(w1::run(ctx, lease))))
                 .collect(),
             Workload::W2 => vec![("lock-core", "W2".into(), rt.block_on(w2::run(ctx)))],
+            Workload::R1 => vec![("lock-core", "R1".into(), rt.block_on(rw::r1(ctx)))],
+            Workload::M1 => match rt.block_on(rw::m1(ctx)) {
+                Ok(lines) => lines
+                    .into_iter()
+                    .map(|m| ("lock-core", "M1".into(), Ok(m)))
+                    .collect(),
+                Err(e) => vec![("lock-core", "M1".into(), Err(e))],
+            },
             Workload::W3 => vec![("lock-core", "W3".into(), w3::run(ctx, rt, w3::W3))],
             Workload::W3np => vec![("lock-core", "W3NP".into(), w3::run(ctx, rt, w3::W3NP))],
             Workload::Wd => opts

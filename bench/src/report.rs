@@ -78,6 +78,8 @@ pub(crate) struct Extra {
     pub(crate) cycle_p50_us: Option<f64>,
     /// The watchdog workload's figures.
     pub(crate) wd: Option<WdFigures>,
+    /// R1 and M1: the most readers seen inside the read-write lock at once.
+    pub(crate) peak_inside: Option<u64>,
 }
 
 /// What the WD workload measured for one number of locks.
@@ -270,10 +272,80 @@ pub(crate) fn summary(all: &[Measurement], setup: &str) -> String {
             None => line(format!("WD  no figures ({})", m.notes)),
         }
     }
+    rw_summary(all, &mut line);
     if let Some(text) = layer_summary(all) {
         line(text);
     }
     s
+}
+
+/// The read-write lock's lines: R1 against W1 measured in the same run
+/// (readers share one key, so they should approach the uncontended rate of
+/// keys of their own), and M1's reads/s, writes/s and writers' waits.
+fn rw_summary(all: &[Measurement], line: &mut impl FnMut(String)) {
+    if let Some(r1) = find(all, "lock-core", "R1") {
+        match r1.cycles_per_s {
+            Some(rate) => {
+                let w1 = find(all, "lock-core", "W1")
+                    .and_then(|m| m.cycles_per_s)
+                    .filter(|r| *r > 0.0);
+                let vs = match w1 {
+                    Some(w1) => format!(
+                        "W1 {w1:>9.0}  ratio {:.3}  (readers share: near 1 = as fast as the same tasks on keys of their own; no target)",
+                        rate / w1
+                    ),
+                    None => "(no W1 in this run: run W1 too)".into(),
+                };
+                line(format!(
+                    "R1  lock-core {rate:>9.0} read cycles/s, readers only on one key  {vs}"
+                ));
+                let mut more = Vec::new();
+                if let Some(peak) = r1.extra.peak_inside {
+                    more.push(format!("most readers inside at once {peak}"));
+                }
+                let us = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.0} us"));
+                more.push(format!(
+                    "cycle latency p50 {}, p99 {}",
+                    us(r1.p50_us),
+                    us(r1.p99_us)
+                ));
+                if let Some(cpu) = r1.server_cpu_us_per_cycle {
+                    let w1_cpu = find(all, "lock-core", "W1")
+                        .and_then(|m| m.server_cpu_us_per_cycle)
+                        .map_or(String::new(), |c| format!(" (W1 {c:.2} us)"));
+                    more.push(format!("server CPU per read cycle {cpu:.2} us{w1_cpu}"));
+                }
+                line(format!("      {}", more.join("; ")));
+            }
+            None => line(format!("R1  lock-core: no figures ({})", r1.notes)),
+        }
+    }
+    let (Some(reads), Some(writes)) = (
+        find(all, "lock-core-read", "M1"),
+        find(all, "lock-core-write", "M1"),
+    ) else {
+        return;
+    };
+    let (Some(read_rate), Some(write_rate)) = (reads.cycles_per_s, writes.cycles_per_s) else {
+        line(format!("M1  lock-core: no figures ({})", reads.notes));
+        return;
+    };
+    line(format!(
+        "M1  lock-core reads {read_rate:>9.0}/s  writes {write_rate:>7.0}/s  (90 % reads / 10 % writes on one key; violations {})",
+        writes
+            .violations
+            .map_or("-".into(), |v| v.to_string())
+    ));
+    let waits = |m: &Measurement| {
+        let us = |v: Option<f64>| v.map_or("-".into(), |x| format!("{x:.0} us"));
+        let ms = m.max_wait_ms.map_or("-".into(), |x| format!("{x:.1} ms"));
+        format!("p50 {}, p99 {}, longest {ms}", us(m.p50_us), us(m.p99_us))
+    };
+    line(format!(
+        "      writers' wait under continuous readers: {}; readers' wait: {}",
+        waits(writes),
+        waits(reads)
+    ));
 }
 
 /// The W1 lines: W1 against both L-min references, the ratio to the faster
@@ -465,7 +537,7 @@ mod tests {
                 max_wait_ms: Some(20.0),
                 extra: Extra {
                     cycle_p50_us: Some(3000.0),
-                    wd: None,
+                    ..Default::default()
                 },
                 ..Default::default()
             },
@@ -603,6 +675,51 @@ mod tests {
             s.contains("REF L-min-mux     30000 cycles/s  (no W1 in this run)"),
             "{s}"
         );
+    }
+
+    #[test]
+    fn r1_is_set_against_w1_and_m1_shows_both_rates_and_the_writers_waits() {
+        let line = |lib: &str, workload: &str, rate: f64| Measurement {
+            lib: lib.into(),
+            workload: workload.into(),
+            cycles_per_s: Some(rate),
+            ..Default::default()
+        };
+        let mut r1 = line("lock-core", "R1", 9_000.0);
+        r1.extra.peak_inside = Some(16);
+        r1.server_cpu_us_per_cycle = Some(30.0);
+        let mut w1 = line("lock-core", "W1", 12_000.0);
+        w1.server_cpu_us_per_cycle = Some(20.0);
+        let mut reads = line("lock-core-read", "M1", 4_000.0);
+        reads.p50_us = Some(300.0);
+        reads.p99_us = Some(9_000.0);
+        reads.max_wait_ms = Some(20.0);
+        reads.violations = Some(0);
+        let mut writes = line("lock-core-write", "M1", 440.0);
+        writes.p50_us = Some(11_000.0);
+        writes.p99_us = Some(30_000.0);
+        writes.max_wait_ms = Some(41.25);
+        writes.violations = Some(0);
+        let s = summary(&[r1.clone(), w1, reads, writes], "test");
+        assert!(
+            s.contains("R1  lock-core      9000 read cycles/s, readers only on one key  W1     12000  ratio 0.750"),
+            "{s}"
+        );
+        assert!(
+            s.contains("most readers inside at once 16; cycle latency p50 -, p99 -; server CPU per read cycle 30.00 us (W1 20.00 us)"),
+            "{s}"
+        );
+        assert!(
+            s.contains("M1  lock-core reads      4000/s  writes     440/s  (90 % reads / 10 % writes on one key; violations 0)"),
+            "{s}"
+        );
+        assert!(
+            s.contains("writers' wait under continuous readers: p50 11000 us, p99 30000 us, longest 41.2 ms; readers' wait: p50 300 us, p99 9000 us, longest 20.0 ms"),
+            "{s}"
+        );
+        let s = summary(&[r1], "test");
+        assert!(s.contains("(no W1 in this run: run W1 too)"), "{s}");
+        assert!(!s.contains("M1"), "{s}");
     }
 
     #[test]

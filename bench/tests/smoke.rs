@@ -1,7 +1,7 @@
 //! CI smoke test: runs the whole benchmark with `--smoke` against a private
 //! redis-server and checks the shape of its output and the invariants of
-//! the lock-core workloads and of LAYER (every HTTP answer 200). No timing
-//! is asserted.
+//! the lock-core workloads (the read-write lock's R1 and M1 included) and
+//! of LAYER (every HTTP answer 200). No timing is asserted.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -119,13 +119,14 @@ fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
                 assert!(obj[f].is_null(), "{f} only on W3 and W3NP: {v}");
             }
         }
-        let cpu_line =
-            v["workload"] == "W1" && CPU_LINES.iter().any(|lib| v["lib"].as_str() == Some(lib));
+        let cpu_line = (v["workload"] == "W1"
+            && CPU_LINES.iter().any(|lib| v["lib"].as_str() == Some(lib)))
+            || (v["workload"] == "R1" && v["lib"] == "lock-core");
         if !cpu_line {
             for f in ["client_cpu_us_per_cycle", "server_cpu_us_per_cycle"] {
                 assert!(
                     obj[f].is_null(),
-                    "{f} only on W1 and the L-min references: {v}"
+                    "{f} only on W1, R1 and the L-min references: {v}"
                 );
             }
         }
@@ -193,6 +194,38 @@ fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
         err.contains("no process starved: min share")
             && err.contains("target >= 15 % for every process"),
         "the summary must judge W3NP's minimum process share:\n{err}"
+    );
+
+    // The read-write lock: readers only (R1), and 90/10 reads/writes (M1).
+    let r1 = find("lock-core", "R1");
+    assert!(r1["cycles_per_s"].as_f64().is_some_and(|r| r > 0.0), "{r1}");
+    assert!(r1["p50_us"].is_number() && r1["p99_us"].is_number(), "{r1}");
+    for f in ["client_cpu_us_per_cycle", "server_cpu_us_per_cycle"] {
+        assert!(r1[f].as_f64().is_some_and(|c| c > 0.0), "{f}: {r1}");
+    }
+    assert!(
+        r1["notes"]
+            .as_str()
+            .is_some_and(|n| n.contains("most readers inside at once")),
+        "{r1}"
+    );
+    for lib in ["lock-core-read", "lock-core-write"] {
+        let v = find(lib, "M1");
+        assert_eq!(v["violations"], 0, "no reader beside a writer: {v}");
+        assert!(v["cycles_per_s"].is_number(), "{v}");
+        assert!(
+            v["p99_us"].is_number() && v["max_wait_ms"].is_number(),
+            "{v}"
+        );
+    }
+    assert!(
+        err.contains("R1  lock-core") && err.contains("read cycles/s, readers only on one key  W1"),
+        "the summary must set R1 against W1 of the same run:\n{err}"
+    );
+    assert!(
+        err.contains("M1  lock-core reads")
+            && err.contains("writers' wait under continuous readers: p50"),
+        "the summary must give M1's rates and the writers' waits:\n{err}"
     );
 
     let wd = find("lock-core", "WD");

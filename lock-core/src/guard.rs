@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::held::HeldLock;
 use crate::hold::count::{Count, OwnedCount};
+use crate::options::LockMode;
 use crate::protocol::keys::LockKeys;
 
 /// Proof of holding a lock. Release it with [`release`](LockGuard::release)
@@ -92,6 +93,19 @@ impl LockGuard {
     pub fn held_lock(&self) -> HeldLock {
         let held = self.held();
         HeldLock::new(held.target.keys.clone(), held.hold.clone(), held.lease)
+    }
+
+    /// How this guard holds its lock: [`LockMode::Exclusive`], or a side
+    /// of a read-write lock.
+    ///
+    /// ```no_run
+    /// # async fn demo(client: lock_core::LockClient) -> lock_core::Result<()> {
+    /// let guard = client.rw_lock("prices")?.write().acquire().await?;
+    /// assert_eq!(guard.mode(), lock_core::LockMode::Write);
+    /// # Ok(()) }
+    /// ```
+    pub fn mode(&self) -> LockMode {
+        self.keys().rule
     }
 
     /// The keys of the lock this guard holds.

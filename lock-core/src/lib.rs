@@ -142,6 +142,35 @@
 //! | `lockWatchdogTimeout`         | [`ClientBuilder::watchdog_timeout`]         |
 //! | `checkLockSyncedSlaves`, `slavesSyncTimeout` | [`ClientBuilder::wait_for_replicas`] (off by default; see "Safety") |
 //!
+//! # Read-write lock
+//!
+//! [`LockClient::rw_lock`] is Redisson's `RReadWriteLock` on the same keys:
+//! readers share ([`RwLock::read`]), a writer has it alone
+//! ([`RwLock::write`]). Each side is a [`Lock`] with every power of the
+//! lock. An upgrade (write where the same context holds only a read) fails
+//! at once with [`Error::UpgradeRefused`]; a downgrade works; waiting
+//! writers keep new readers of this library out so that they never starve.
+//!
+//! ```no_run
+//! # async fn demo(client: lock_core::LockClient) -> lock_core::Result<()> {
+//! use lock_core::LockMode;
+//!
+//! let prices = client.rw_lock("prices:eu")?;
+//! let read = prices.read().acquire().await?;
+//! assert_eq!(read.held_lock().mode(), LockMode::Read);
+//! read.release().await?;
+//! let write = prices.write().acquire().await?;
+//! write.release().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! | Redisson `RReadWriteLock`     | lock-core                                   |
+//! |-------------------------------|---------------------------------------------|
+//! | `getReadWriteLock(name)`      | `client.rw_lock(name)?`                     |
+//! | `readLock().lock()`           | `rw.read().acquire().await`                 |
+//! | `writeLock().tryLock(w, unit)`| `rw.write().acquire_timeout(w).await`       |
+//! | read → write (hangs)          | [`Error::UpgradeRefused`] at once           |
+//!
 //! # Ownership and re-entry in async code
 //!
 //! Every fresh acquisition creates a *hold* with an owner id of its own,

@@ -340,6 +340,13 @@ pub fn acquire_script_sha() -> String {
     crate::protocol::Scripts::new().acquire.sha().to_owned()
 }
 
+/// The SHA1 of the read-write lock's acquire script, as `EVALSHA` names
+/// it (lock-sim's planted bugs recognise its acquisitions by it).
+#[cfg(feature = "memory")]
+pub fn rw_acquire_script_sha() -> String {
+    crate::protocol::Scripts::new().rw_acquire.sha().to_owned()
+}
+
 /// Draws this thread's client ids, request-id prefixes, back-off jitter
 /// and owner numbers from `seed` while the value lives (lock-sim: a
 /// replayed seed names everything the same way).

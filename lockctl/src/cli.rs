@@ -4,6 +4,7 @@ use std::ffi::OsString;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use lock_core::LockMode;
 
 use crate::duration::parse_duration;
 
@@ -11,7 +12,9 @@ use crate::duration::parse_duration;
 pub(crate) const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
 /// A distributed `flock`: run a command while holding a lock on Redis, hold a
-/// lock, and see or force-unlock locks (lock-core's and Redisson's `RLock`).
+/// lock, and see or force-unlock locks (lock-core's and Redisson's `RLock`,
+/// and with --read/--write a side of a read-write lock, Redisson's
+/// `RReadWriteLock`).
 #[derive(Debug, Parser)]
 #[command(name = "lockctl", version, about, after_help = crate::exit::EXIT_CODES_HELP)]
 pub(crate) struct Cli {
@@ -48,21 +51,30 @@ pub(crate) struct Cli {
 /// What to do.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Acquire NAME, run CMD with the lock held, release; exit with CMD's exit code
+    /// Acquire NAME (--read/--write: a side of the read-write lock NAME), run CMD with it held, release; exit with CMD's exit code
     Run(RunArgs),
-    /// Acquire NAME, print it as one JSON line, hold it until --for passes or SIGINT/SIGTERM
+    /// Acquire NAME (--read/--write: a side of the read-write lock NAME), print it as one JSON line, hold it until --for passes or SIGINT/SIGTERM
     Hold(HoldArgs),
-    /// Print NAME's holders and TTL as one JSON line
+    /// Print NAME's holders and TTL as one JSON line (a read-write lock: also its mode, readers and writer)
     Status(NameArg),
     /// Delete NAME whoever holds it and wake its waiters (needs --force)
     Unlock(UnlockArgs),
-    /// Print every lock that exists now, one JSON line each (SCAN, never KEYS)
+    /// Print every lock that exists now, one JSON line each as `status` prints it (SCAN, never KEYS)
     List(ListArgs),
 }
 
-/// How to acquire: wait bound and lease.
+/// How to acquire: which lock (the plain lock, or a side of the read-write
+/// lock of that name), wait bound and lease.
 #[derive(Debug, Args)]
 pub(crate) struct AcquireArgs {
+    /// Take the read side of the read-write lock NAME: shared with other readers, excludes writers
+    #[arg(long, conflicts_with = "write")]
+    pub(crate) read: bool,
+
+    /// Take the write side of the read-write lock NAME: no readers, no other writer
+    #[arg(long)]
+    pub(crate) write: bool,
+
     /// Give up (exit 75) when not acquired within DUR; 0s = one attempt. Default: wait forever
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub(crate) wait: Option<Duration>,
@@ -72,7 +84,20 @@ pub(crate) struct AcquireArgs {
     pub(crate) lease: Option<Duration>,
 }
 
-/// `lockctl run NAME [--wait DUR] [--lease DUR] -- CMD [ARGS...]`
+impl AcquireArgs {
+    /// The lock asked for: [`LockMode::Exclusive`] (the plain lock, the
+    /// default), or [`LockMode::Read`] / [`LockMode::Write`] for `--read` /
+    /// `--write` (clap refuses both at once).
+    pub(crate) fn mode(&self) -> LockMode {
+        match (self.read, self.write) {
+            (true, _) => LockMode::Read,
+            (false, true) => LockMode::Write,
+            (false, false) => LockMode::Exclusive,
+        }
+    }
+}
+
+/// `lockctl run NAME [--read | --write] [--wait DUR] [--lease DUR] -- CMD [ARGS...]`
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     /// The lock's name
@@ -86,7 +111,7 @@ pub(crate) struct RunArgs {
     pub(crate) command: Vec<OsString>,
 }
 
-/// `lockctl hold NAME [--wait DUR] [--lease DUR] [--for DUR]`
+/// `lockctl hold NAME [--read | --write] [--wait DUR] [--lease DUR] [--for DUR]`
 #[derive(Debug, Args)]
 pub(crate) struct HoldArgs {
     /// The lock's name

@@ -4,8 +4,8 @@
 use std::io::Write;
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, Lock, LockClient, LockGuard, LockStatus};
-use serde_json::{json, Value};
+use lock_core::{AcquireOptions, Lock, LockClient, LockGuard, LockMode, LockOwner, LockStatus};
+use serde_json::{json, Map, Value};
 
 use crate::cli::{AcquireArgs, HoldArgs, ListArgs, NameArg, UnlockArgs};
 use crate::exit::{chain, CliError, IO, LOST, SIGNAL_BASE, WAIT_TIMEOUT};
@@ -20,25 +20,77 @@ pub(crate) fn emit(value: &Value) -> Result<(), CliError> {
         .map_err(|e| CliError::new(IO, format!("cannot write to stdout: {e}")))
 }
 
-/// A lock's status as `status` and `list` print it.
+/// A lock's status as `status` and `list` print it:
+/// `{"name","locked","owners":[{"owner","count"}],"ttl_ms","key"}` for a
+/// plain lock (or a free one); a read-write lock's line adds its `mode`
+/// (`read` or `write`) after `locked`, each owner's `mode`, and after
+/// `owners` its `readers` (`[{"owner","count"}]`) and its `writer`
+/// (`{"owner","count"}` or `null`; a writer that downgraded is listed with
+/// its read holds as a reader too).
 pub(crate) fn status_json(status: &LockStatus) -> Value {
+    let rw = matches!(status.mode, Some(LockMode::Read | LockMode::Write));
+    let holder = |o: &LockOwner| json!({ "owner": o.owner, "count": o.count });
     let owners: Vec<Value> = status
         .owners
         .iter()
-        .map(|o| json!({ "owner": o.owner, "count": o.count }))
+        .map(|o| {
+            let mut v = holder(o);
+            if rw {
+                if let Value::Object(fields) = &mut v {
+                    fields.insert("mode".into(), json!(o.mode.as_str()));
+                }
+            }
+            v
+        })
         .collect();
     let ttl_ms = match status.ttl {
         None => Value::Null,
         Some(Duration::MAX) => json!(-1),
         Some(ttl) => json!(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)),
     };
-    json!({
-        "name": status.name,
-        "locked": status.is_locked(),
-        "owners": owners,
-        "ttl_ms": ttl_ms,
-        "key": status.key,
+    let mut line = Map::new();
+    line.insert("name".into(), json!(status.name));
+    line.insert("locked".into(), json!(status.is_locked()));
+    if let (true, Some(mode)) = (rw, status.mode) {
+        line.insert("mode".into(), json!(mode.as_str()));
+    }
+    line.insert("owners".into(), Value::Array(owners));
+    if rw {
+        let side = |mode: LockMode| status.owners.iter().filter(move |o| o.mode == mode);
+        let readers: Vec<Value> = side(LockMode::Read).map(holder).collect();
+        line.insert("readers".into(), Value::Array(readers));
+        let writer = side(LockMode::Write).next().map_or(Value::Null, holder);
+        line.insert("writer".into(), writer);
+    }
+    line.insert("ttl_ms".into(), ttl_ms);
+    line.insert("key".into(), json!(status.key));
+    Value::Object(line)
+}
+
+/// The lock `args` ask for on `name`: the plain lock, or with `--read` /
+/// `--write` that side of the read-write lock `name`.
+pub(crate) fn lock_for(
+    client: &LockClient,
+    name: &str,
+    args: &AcquireArgs,
+) -> Result<Lock, CliError> {
+    Ok(match args.mode() {
+        LockMode::Read => client.rw_lock(name)?.read(),
+        LockMode::Write => client.rw_lock(name)?.write(),
+        _ => client.lock(name)?,
     })
+}
+
+/// Why a single attempt (`--wait 0s`) failed, by the side asked for.
+fn busy_message(lock: &Lock) -> String {
+    let name = lock.name();
+    match lock.mode() {
+        LockMode::Read => {
+            format!("read-write lock `{name}` is held by a writer (or a writer waits for it)")
+        }
+        LockMode::Write => format!("read-write lock `{name}` is held by readers or a writer"),
+        _ => format!("lock `{name}` is held by another owner"),
+    }
 }
 
 /// Acquires `lock` as `args` say, unless SIGINT/SIGTERM comes first (then
@@ -59,10 +111,9 @@ pub(crate) async fn acquire(
     }
     tokio::select! {
         acquired = lock.acquire_with(options) => acquired.map_err(|e| match e {
-            e if e.is_wait_timeout() && args.wait.is_some_and(|w| w.is_zero()) => CliError::new(
-                WAIT_TIMEOUT,
-                format!("lock `{}` is held by another owner", lock.name()),
-            ),
+            e if e.is_wait_timeout() && args.wait.is_some_and(|w| w.is_zero()) => {
+                CliError::new(WAIT_TIMEOUT, busy_message(lock))
+            }
             e => CliError::from(e),
         }),
         sig = signals.recv() => Err(CliError::new(
@@ -73,16 +124,20 @@ pub(crate) async fn acquire(
 }
 
 /// `lockctl hold`: acquire, print the holding, wait for `--for` or a
-/// signal, release.
+/// signal, release. The line is `{"name","owner","fencing_token"}`; a side
+/// of a read-write lock adds its `mode` (`read` or `write`) after `name`.
 pub(crate) async fn hold(client: &LockClient, args: HoldArgs) -> Result<u8, CliError> {
-    let lock = client.lock(&args.name)?;
+    let lock = lock_for(client, &args.name, &args.acquire)?;
     let mut signals = Signals::install()?;
     let guard = acquire(&lock, &args.acquire, &mut signals).await?;
-    let line = json!({
-        "name": lock.name(),
-        "owner": guard.owner_id(),
-        "fencing_token": guard.fencing_token(),
-    });
+    let mut line = Map::new();
+    line.insert("name".into(), json!(lock.name()));
+    if lock.mode() != LockMode::Exclusive {
+        line.insert("mode".into(), json!(lock.mode().as_str()));
+    }
+    line.insert("owner".into(), json!(guard.owner_id()));
+    line.insert("fencing_token".into(), json!(guard.fencing_token()));
+    let line = Value::Object(line);
     if let Err(e) = emit(&line) {
         // Nobody can learn that we hold it: give it back.
         let _ = guard.release().await;
@@ -121,12 +176,30 @@ pub(crate) async fn status(client: &LockClient, args: NameArg) -> Result<u8, Cli
     Ok(0)
 }
 
-/// `lockctl unlock --force NAME`
+/// `lockctl unlock --force NAME`: `{"name","removed","key"}`. A read-write
+/// lock (its mode read first) is deleted as one, which wakes its waiters on
+/// its own channel, and its line adds the `mode` it had after `name`; any
+/// other key is deleted as a plain lock, as before read-write locks.
 pub(crate) async fn unlock(client: &LockClient, args: UnlockArgs) -> Result<u8, CliError> {
     debug_assert!(args.force, "clap requires --force");
     let lock = client.lock(&args.name)?;
-    let removed = lock.force_unlock().await?;
-    emit(&json!({ "name": lock.name(), "removed": removed, "key": lock.key() }))?;
+    // A key that is not a lock (or a failed read) is left to the plain
+    // force-unlock, which reports Redis' errors itself.
+    let mode = lock.status().await.ok().and_then(|s| s.mode);
+    let removed = match mode {
+        Some(LockMode::Read | LockMode::Write) => {
+            client.rw_lock(&args.name)?.force_unlock().await?
+        }
+        _ => lock.force_unlock().await?,
+    };
+    let mut line = Map::new();
+    line.insert("name".into(), json!(lock.name()));
+    if let Some(mode @ (LockMode::Read | LockMode::Write)) = mode {
+        line.insert("mode".into(), json!(mode.as_str()));
+    }
+    line.insert("removed".into(), json!(removed));
+    line.insert("key".into(), json!(lock.key()));
+    emit(&Value::Object(line))?;
     Ok(0)
 }
 

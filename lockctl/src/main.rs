@@ -3,13 +3,16 @@
 //! It is how a shell script or a cron job runs "only one of us at a time"
 //! across machines, and how an operator sees and clears locks. The locks
 //! are lock-core's, which are wire-compatible with Redisson's `RLock`, so
-//! Rust services, Java services and scripts all exclude each other.
+//! Rust services, Java services and scripts all exclude each other. With
+//! `--read` or `--write`, `run` and `hold` take a side of the read-write
+//! lock NAME instead (Redisson's `RReadWriteLock`): readers share it, a
+//! writer has it alone; the two flags exclude each other (exit 64).
 //!
 //! ```text
 //! lockctl [--url URL] [--prefix P] [--watchdog DUR] <command>
 //!
-//!   run NAME [--wait DUR] [--lease DUR] -- CMD [ARGS...]
-//!   hold NAME [--wait DUR] [--lease DUR] [--for DUR]
+//!   run NAME [--read | --write] [--wait DUR] [--lease DUR] -- CMD [ARGS...]
+//!   hold NAME [--read | --write] [--wait DUR] [--lease DUR] [--for DUR]
 //!   status NAME
 //!   unlock --force NAME
 //!   list [--match PATTERN]
@@ -19,7 +22,9 @@
 //! durations are written `250ms`, `5s`, `1.5s`, `2m`, `1h`. `hold`,
 //! `status`, `unlock` and `list` print one JSON line per result (in
 //! `status` and `list`, `ttl_ms` is `null` for a free lock and `-1` for a
-//! key without expiry). Exit codes
+//! key without expiry; a read-write lock's line adds its `mode`, `read` or
+//! `write`, its `readers` and its `writer` with their hold counts, and each
+//! owner's `mode`). Exit codes
 //! are listed at the end of `lockctl --help` (75: `--wait` passed; 76: the
 //! lock was lost while held; `run` passes the command's own code through).
 //!
@@ -28,6 +33,13 @@
 //! lockctl run nightly-report --wait 10s -- ./report.sh
 //! lockctl status nightly-report
 //! # {"name":"nightly-report","locked":true,"owners":[{"owner":"…:1","count":1}],"ttl_ms":28345,"key":"nightly-report"}
+//!
+//! # readers share, a writer waits for them
+//! lockctl hold prices --read --for 1m &
+//! lockctl run prices --write --wait 2m -- ./reprice.sh
+//! lockctl status prices
+//! # {"name":"prices","locked":true,"mode":"read","owners":[{"owner":"…:1","count":1,"mode":"read"}],
+//! #  "readers":[{"owner":"…:1","count":1}],"writer":null,"ttl_ms":29120,"key":"prices"}
 //! ```
 //!
 //! # Why its own crate

@@ -11,7 +11,7 @@ use nix::sys::signal::Signal;
 use tokio::process::{Child, Command};
 
 use crate::cli::RunArgs;
-use crate::commands::acquire;
+use crate::commands::{acquire, lock_for};
 use crate::exit::{chain, CliError, CANNOT_EXECUTE, LOST, NOT_FOUND, SIGNAL_BASE, SOFTWARE};
 use crate::signals::{interrupt_reached_the_group, send, Signals};
 
@@ -22,7 +22,7 @@ const KILL_AFTER: Duration = Duration::from_secs(10);
 /// and returns the exit code: the command's, or 76 when the lock was lost
 /// while it ran.
 pub(crate) async fn run(client: &LockClient, args: RunArgs) -> Result<u8, CliError> {
-    let lock = client.lock(&args.name)?;
+    let lock = lock_for(client, &args.name, &args.acquire)?;
     let Some((program, program_args)) = args.command.split_first() else {
         return Err(CliError::new(
             crate::exit::USAGE,

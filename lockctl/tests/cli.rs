@@ -552,6 +552,192 @@ fn a_sigkilled_hold_is_taken_over_after_the_watchdog_timeout() {
     assert!(killed_at.elapsed() < Duration::from_secs(10));
 }
 
+// ------------------------------------------------------------- read-write
+
+/// The fields of the hash at `key`, read with a raw connection.
+fn hash(server: &RedisServer, key: &str) -> std::collections::BTreeMap<String, String> {
+    let reply = server.command(&["HGETALL", key]).expect("HGETALL");
+    let items: Vec<String> = reply
+        .as_array()
+        .unwrap_or_default()
+        .iter()
+        .map(|v| v.as_string().expect("a bulk string"))
+        .collect();
+    items
+        .chunks(2)
+        .map(|pair| (pair[0].clone(), pair[1].clone()))
+        .collect()
+}
+
+/// `{"owner","count"}` of one holder, as `status` prints it.
+fn holder(owner: &str, count: u64) -> Value {
+    serde_json::json!({ "owner": owner, "count": count })
+}
+
+#[test]
+fn two_read_holds_share_a_name_and_a_write_hold_waits_for_both() {
+    let server = server();
+    let url = server.url();
+    let mut readers: Vec<(Proc, String)> = Vec::new();
+    for _ in 0..2 {
+        let mut p = Proc::spawn(lockctl(&url, &["hold", "prices", "--read"]));
+        let held = p.first_json(LIMIT);
+        assert_eq!(keys(&held), ["name", "mode", "owner", "fencing_token"]);
+        assert_eq!(
+            (&held["name"], &held["mode"]),
+            (&"prices".into(), &"read".into())
+        );
+        let owner = held["owner"].as_str().expect("owner").to_string();
+        readers.push((p, owner));
+    }
+    // Both at once, in Redisson's layout: mode=read, one field per reader.
+    let mut expected: std::collections::BTreeMap<String, String> = readers
+        .iter()
+        .map(|(_, owner)| (owner.clone(), "1".to_string()))
+        .collect();
+    expected.insert("mode".into(), "read".into());
+    assert_eq!(hash(&server, "prices"), expected);
+
+    // A writer waits (subscribed to the read-write lock's channel) ...
+    let mut writer = Proc::spawn(lockctl(&url, &["hold", "prices", "--write"]));
+    assert!(
+        eventually(LIMIT, || subscribers(&server, "redisson_rwlock:{prices}")
+            == 1),
+        "the writer waits"
+    );
+    // ... as long as one reader is left.
+    let (first, _) = readers.remove(0);
+    first.signal(Signal::SIGTERM);
+    assert_eq!(first.finish(LIMIT).code, Some(0));
+    let s = status(&url, "prices");
+    assert_eq!(s["mode"], "read", "{s}");
+    assert_eq!(s["readers"], serde_json::json!([holder(&readers[0].1, 1)]));
+    assert_eq!(s["writer"], Value::Null);
+    assert_eq!(writer.try_code(), None, "still waiting");
+
+    let (last, _) = readers.remove(0);
+    last.signal(Signal::SIGTERM);
+    assert_eq!(last.finish(LIMIT).code, Some(0));
+    let held = writer.first_json(LIMIT);
+    assert_eq!(held["mode"], "write");
+    let owner = held["owner"].as_str().expect("owner").to_string();
+    let fields = hash(&server, "prices");
+    assert_eq!(fields.get("mode").map(String::as_str), Some("write"));
+    assert_eq!(
+        fields.get(&format!("{owner}:write")).map(String::as_str),
+        Some("1"),
+        "{fields:?}"
+    );
+    let s = status(&url, "prices");
+    assert_eq!(s["mode"], "write");
+    assert_eq!(s["readers"], serde_json::json!([]));
+    assert_eq!(s["writer"], holder(&owner, 1));
+
+    // While written, a reader's single attempt is refused with its own words.
+    let out = run(lockctl(&url, &["hold", "prices", "--read", "--wait", "0s"]));
+    out.assert_one_line_error(75, "read-write lock `prices` is held by a writer");
+    writer.signal(Signal::SIGTERM);
+    assert_eq!(writer.finish(LIMIT).code, Some(0));
+    assert_eq!(status(&url, "prices")["locked"], false);
+}
+
+#[test]
+fn status_and_list_show_the_mode_readers_and_writer_of_a_read_write_lock() {
+    let server = server();
+    let url = server.url();
+    let mut reader = Proc::spawn(lockctl(&url, &["hold", "catalog", "--read"]));
+    let owner = reader.first_json(LIMIT)["owner"]
+        .as_str()
+        .expect("owner")
+        .to_string();
+    let mut plain = Proc::spawn(lockctl(&url, &["hold", "deploy"]));
+    plain.first_json(LIMIT);
+
+    let s = status(&url, "catalog");
+    assert_eq!(
+        keys(&s),
+        ["name", "locked", "mode", "owners", "readers", "writer", "ttl_ms", "key"]
+    );
+    assert_eq!((&s["locked"], &s["mode"]), (&true.into(), &"read".into()));
+    assert_eq!(
+        s["owners"],
+        serde_json::json!([{ "owner": owner, "count": 1, "mode": "read" }])
+    );
+    assert_eq!(s["readers"], serde_json::json!([holder(&owner, 1)]));
+    assert_eq!(s["writer"], Value::Null);
+    let ttl = s["ttl_ms"].as_i64().expect("ttl");
+    assert!(ttl > 0 && ttl <= 30_000, "{ttl}");
+
+    // A run under the read side shares it with the holder at once.
+    let out = run(lockctl(
+        &url,
+        &["run", "catalog", "--read", "--wait", "0s", "--", "true"],
+    ));
+    assert_eq!(out.code, Some(0), "{out:?}");
+    // A writer's single attempt is refused.
+    let out = run(lockctl(
+        &url,
+        &["run", "catalog", "--write", "--wait", "0s", "--", "true"],
+    ));
+    out.assert_one_line_error(
+        75,
+        "read-write lock `catalog` is held by readers or a writer",
+    );
+
+    // list: the read-write lock with its mode; the plain lock's line unchanged.
+    let out = run(lockctl(&url, &["list"]));
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let lines = out.json_lines();
+    assert_eq!(lines.len(), 2, "{out:?}");
+    let mut listed = lines[0].clone();
+    listed["ttl_ms"] = s["ttl_ms"].clone(); // the TTL moves between two reads
+    assert_eq!(listed, s);
+    assert_eq!(
+        keys(&lines[1]),
+        ["name", "locked", "owners", "ttl_ms", "key"]
+    );
+    assert_eq!(lines[1]["name"], "deploy");
+
+    // unlock --force deletes it as a read-write lock and says in which mode.
+    let out = run(lockctl(&url, &["unlock", "--force", "catalog"]));
+    assert_eq!(
+        out.json_lines(),
+        [
+            serde_json::json!({ "name": "catalog", "mode": "read", "removed": true, "key": "catalog" })
+        ]
+    );
+    assert_eq!(status(&url, "catalog")["locked"], false);
+    for p in [reader, plain] {
+        p.signal(Signal::SIGTERM);
+        let _ = p.finish(LIMIT);
+    }
+}
+
+#[test]
+fn a_write_hold_waiting_on_readers_is_woken_by_unlock_force() {
+    let server = server();
+    let url = server.url();
+    // The reader's lease is 30 s: only the unlock message wakes the writer soon.
+    let mut reader = Proc::spawn(lockctl(&url, &["hold", "stuck-rw", "--read"]));
+    reader.first_json(LIMIT);
+    let mut writer = Proc::spawn(lockctl(&url, &["hold", "stuck-rw", "--write"]));
+    assert!(eventually(LIMIT, || {
+        subscribers(&server, "redisson_rwlock:{stuck-rw}") == 1
+    }));
+    let unlocked_at = Instant::now();
+    let out = run(lockctl(&url, &["unlock", "--force", "stuck-rw"]));
+    assert_eq!(out.json_lines()[0]["removed"], true, "{out:?}");
+    assert_eq!(writer.first_json(LIMIT)["mode"], "write");
+    assert!(
+        unlocked_at.elapsed() < Duration::from_secs(15),
+        "woken by the unlock, not by the reader's 30 s lease"
+    );
+    for p in [writer, reader] {
+        p.signal(Signal::SIGTERM);
+        let _ = p.finish(LIMIT);
+    }
+}
+
 // ------------------------------------------------------------------- list
 
 #[test]
@@ -626,6 +812,14 @@ fn bad_input_is_one_line_and_exit_64() {
         (&["run", "x", "true"], "unexpected argument"),
         (&["list", "--match", ""], "pattern is empty"),
         (&["frobnicate"], "unrecognized subcommand"),
+        (
+            &["hold", "x", "--read", "--write"],
+            "'--read' cannot be used with '--write'",
+        ),
+        (
+            &["run", "x", "--write", "--read", "--", "true"],
+            "cannot be used with",
+        ),
     ];
     for (args, needle) in cases {
         run(lockctl(&url, args)).assert_one_line_error(64, needle);

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use lock_core::__private::MemoryServerForTests;
-use lock_core::{HeldLock, LockGuard};
+use lock_core::{HeldLock, LockGuard, LockMode};
 use redis::Value;
 use tokio::time::Instant;
 
@@ -18,9 +18,12 @@ pub enum Invariant {
     /// Never two holders (different holds) of one lock both valid at one
     /// instant: checked whenever a hold begins, which finds every overlap
     /// (validity only ever ends, so an overlap is one at the later start).
+    /// On a read-write lock readers may overlap each other, a writer
+    /// nobody (but its own task's downgraded read).
     MutualExclusion,
     /// A new hold's fencing token is greater than every earlier hold's
-    /// token of that lock, across restarts that lost every key too.
+    /// token of that lock, across restarts that lost every key too (a new
+    /// reader's: than every earlier writer's; readers overlap).
     FencingOrder,
     /// A valid hold's guards are counted in Redis on every step: its
     /// owner's field is there (a release taken off twice that ended the
@@ -101,6 +104,7 @@ struct Entry {
     key: String,
     who: String,
     owner: String,
+    mode: LockMode,
     held: HeldLock,
     /// When the acquisition that began this hold was asked for.
     began: Instant,
@@ -119,6 +123,10 @@ struct Inner {
     waiters: Vec<Waiter>,
     /// Per lock: the greatest token seen and its owner.
     max_token: BTreeMap<String, (u64, String)>,
+    /// Per lock: the greatest token of an exclusive or write hold seen
+    /// (what a new reader's token must be above: readers of a read-write
+    /// lock overlap, and their tokens come in any order among themselves).
+    max_exclusive: BTreeMap<String, (u64, String)>,
     /// Per hold (owner id): when the acquisition that began it was asked.
     began: BTreeMap<String, Instant>,
     /// Holds whose count was seen drift.
@@ -232,6 +240,7 @@ impl Observer {
                 inside: Vec::new(),
                 waiters: Vec::new(),
                 max_token: BTreeMap::new(),
+                max_exclusive: BTreeMap::new(),
                 began: BTreeMap::new(),
                 drifted: std::collections::BTreeSet::new(),
                 gone: std::collections::BTreeSet::new(),
@@ -337,6 +346,7 @@ impl Observer {
     /// instant.
     pub(crate) fn enter(self: &Arc<Self>, who: &str, guard: &LockGuard, asked: Instant) -> Inside {
         let held = guard.held_lock();
+        let mode = held.mode();
         let key = guard.name().to_owned();
         let owner = guard.owner_id().to_owned();
         let token = guard.fencing_token();
@@ -348,8 +358,17 @@ impl Observer {
             let reentry = inner.began.contains_key(&owner);
             let began = *inner.began.entry(owner.clone()).or_insert(asked);
             if valid {
+                let task = |w: &str| w.split('/').next().unwrap_or(w).to_owned();
                 for e in &inner.inside {
-                    if e.key == key && e.owner != owner && e.held.is_held() {
+                    let conflict = match (e.mode, mode) {
+                        (LockMode::Read, LockMode::Read) => false,
+                        // a downgrade: the write's own task reads under it
+                        (LockMode::Read, LockMode::Write) | (LockMode::Write, LockMode::Read) => {
+                            task(&e.who) != task(who)
+                        }
+                        _ => true,
+                    };
+                    if conflict && e.key == key && e.owner != owner && e.held.is_held() {
                         // Redis forgot the other hold in a restart after
                         // it was asked for: the documented limit.
                         let excused = inner
@@ -361,10 +380,14 @@ impl Observer {
                 }
                 if !reentry {
                     inner.activity.holds += 1;
-                    if let Some((max, max_owner)) = inner.max_token.get(&key) {
+                    let above = match mode {
+                        LockMode::Read => inner.max_exclusive.get(&key),
+                        _ => inner.max_token.get(&key),
+                    };
+                    if let Some((max, max_owner)) = above {
                         if *max_owner != owner && token <= *max {
                             let detail = format!(
-                                "{who} began a hold of {key} with token {token}, not above {max} (an earlier hold's)"
+                                "{who} began a {mode} hold of {key} with token {token}, not above {max} (an earlier hold's)"
                             );
                             drop(inner);
                             self.violation(Invariant::FencingOrder, detail);
@@ -378,6 +401,15 @@ impl Observer {
                     if token > entry.0 {
                         *entry = (token, owner.clone());
                     }
+                    if mode != LockMode::Read {
+                        let entry = inner
+                            .max_exclusive
+                            .entry(key.clone())
+                            .or_insert((0, String::new()));
+                        if token > entry.0 {
+                            *entry = (token, owner.clone());
+                        }
+                    }
                 } else {
                     inner.activity.reentries += 1;
                 }
@@ -389,6 +421,7 @@ impl Observer {
                 key: key.clone(),
                 who: who.to_owned(),
                 owner: owner.clone(),
+                mode,
                 held,
                 began,
             });
@@ -426,7 +459,8 @@ impl Observer {
     pub(crate) fn step(&self) {
         let now = Instant::now();
         // Valid holds: (key, owner) -> guards, earliest since.
-        let mut holds: BTreeMap<(String, String), (u64, Instant, String)> = BTreeMap::new();
+        let mut holds: BTreeMap<(String, String), (u64, Instant, String, LockMode)> =
+            BTreeMap::new();
         let restarts = {
             let mut inner = self.inner();
             inner.activity.steps += 1;
@@ -436,17 +470,31 @@ impl Observer {
                         0,
                         e.began,
                         e.who.clone(),
+                        e.mode,
                     ));
                     h.0 += 1;
                 }
             }
             inner.restarts.clone()
         };
-        for ((key, owner), (guards, began, who)) in &holds {
+        for ((key, owner), (guards, began, who, mode)) in &holds {
             if restarts.iter().any(|(at, _)| *at >= *began) {
                 continue;
             }
-            let count = count_of(&self.read(&["HGET", key, owner]));
+            // A writer's field is `<owner>:write`; a reader's first count
+            // has its timeout key (the hash lives only as long as its
+            // readers' keys).
+            let field = match mode {
+                LockMode::Write => format!("{owner}:write"),
+                _ => owner.clone(),
+            };
+            let mut count = count_of(&self.read(&["HGET", key, &field]));
+            if *mode == LockMode::Read && count > 0 {
+                let timeout = format!("{{{key}}}:{owner}:rwlock_timeout:1");
+                if count_of(&self.read(&["EXISTS", &timeout])) == 0 {
+                    count = 0;
+                }
+            }
             if count == 0 {
                 if !self.inner().gone.insert(owner.clone()) {
                     continue;
@@ -471,7 +519,9 @@ impl Observer {
         let down = up.is_some_and(|up| now < up);
         for key in &self.keys {
             let turn = format!("lockcore_turn:{{{key}}}");
-            let free = !down && count_of(&self.read(&["EXISTS", key, &turn])) == 0;
+            // a waiting writer's mark keeps readers out while it lives
+            let mark = format!("lockcore_writer:{{{key}}}");
+            let free = !down && count_of(&self.read(&["EXISTS", key, &turn, &mark])) == 0;
             let mut inner = self.inner();
             if !free {
                 inner.free_since.remove(key);
@@ -543,15 +593,49 @@ impl Observer {
             .collect()
     }
 
-    /// The holds still in Redis: (lock, owner).
+    /// The holds still in Redis: (lock, owner); a read-write lock's
+    /// `mode` field is not a hold, a writer's `:write` is left out, and a
+    /// reader's timeout key left behind counts as its hold.
     pub(crate) fn left_in_redis(&self) -> Vec<(String, String)> {
         let mut left = Vec::new();
         for key in &self.keys {
             if let Value::Array(fields) = self.read(&["HGETALL", key]) {
                 for pair in fields.chunks(2) {
                     if let Value::BulkString(b) = &pair[0] {
-                        left.push((key.clone(), String::from_utf8_lossy(b).into_owned()));
+                        let field = String::from_utf8_lossy(b);
+                        if field == "mode" {
+                            continue;
+                        }
+                        let owner = field.strip_suffix(":write").unwrap_or(&field);
+                        left.push((key.clone(), owner.to_owned()));
                     }
+                }
+            }
+            let prefix = format!("{{{key}}}:");
+            let pattern = format!("{prefix}*:rwlock_timeout:*");
+            let mut cursor = "0".to_string();
+            for _ in 0..1_000 {
+                let Value::Array(reply) =
+                    self.read(&["SCAN", &cursor, "MATCH", &pattern, "COUNT", "1000"])
+                else {
+                    break;
+                };
+                let [Value::BulkString(next), Value::Array(keys)] = reply.as_slice() else {
+                    break;
+                };
+                for k in keys {
+                    if let Value::BulkString(k) = k {
+                        let k = String::from_utf8_lossy(k);
+                        let owner = k
+                            .strip_prefix(&prefix)
+                            .and_then(|rest| rest.rsplit_once(":rwlock_timeout:"))
+                            .map_or_else(|| k.to_string(), |(owner, _)| owner.to_owned());
+                        left.push((format!("{key} (a reader's timeout key)"), owner));
+                    }
+                }
+                cursor = String::from_utf8_lossy(next).into_owned();
+                if cursor == "0" {
+                    break;
                 }
             }
         }

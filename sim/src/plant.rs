@@ -3,7 +3,9 @@
 
 use std::str::FromStr;
 
-use lock_core::__private::{acquire_script_sha, release_script_sha, MemoryServerForTests};
+use lock_core::__private::{
+    acquire_script_sha, release_script_sha, rw_acquire_script_sha, MemoryServerForTests,
+};
 use redis::Value;
 
 /// A bug the simulation can plant.
@@ -26,6 +28,11 @@ pub enum Plant {
     /// free lock may keep a waiter waiting (the observer's free-lock
     /// bound). Checks that the observer sees waiters wait on a free lock.
     LostUnlocks,
+    /// A read-write lock whose writers are granted as readers: the write
+    /// script's mode rewritten to a read, so a writer shares the lock with
+    /// readers (and other writers). Checks that the observer's read-write
+    /// rule sees a writer beside anyone.
+    SharedWriter,
 }
 
 impl FromStr for Plant {
@@ -36,8 +43,9 @@ impl FromStr for Plant {
             "late-release" => Ok(Plant::LateRelease),
             "fast-clock" => Ok(Plant::FastClock),
             "lost-unlocks" => Ok(Plant::LostUnlocks),
+            "shared-writer" => Ok(Plant::SharedWriter),
             other => Err(format!(
-                "unknown plant `{other}` (late-release, fast-clock, lost-unlocks)"
+                "unknown plant `{other}` (late-release, fast-clock, lost-unlocks, shared-writer)"
             )),
         }
     }
@@ -49,6 +57,7 @@ impl std::fmt::Display for Plant {
             Plant::LateRelease => "late-release",
             Plant::FastClock => "fast-clock",
             Plant::LostUnlocks => "lost-unlocks",
+            Plant::SharedWriter => "shared-writer",
         })
     }
 }
@@ -72,6 +81,12 @@ impl Plant {
                 .and_then(|n| n.parse::<u64>().ok());
             if let Some(lease) = lease {
                 args[LEASE] = (lease * 5).to_string().into_bytes();
+            }
+            return args;
+        }
+        if *self == Plant::SharedWriter && is_rw_acquire(&args) {
+            if args[RW_MODE] == b"write" {
+                args[RW_MODE] = b"read".to_vec();
             }
             return args;
         }
@@ -101,6 +116,17 @@ fn is_acquire(args: &[Vec<u8>]) -> bool {
         && args[0].eq_ignore_ascii_case(b"evalsha")
         && args[1] == SHA.get_or_init(acquire_script_sha).as_bytes()
         && args[2] == b"5"
+}
+
+/// `rw_acquire.lua`'s mode argument: `EVALSHA sha 6 K1 .. K6 A1 A2 A3 ..`.
+const RW_MODE: usize = 11;
+
+fn is_rw_acquire(args: &[Vec<u8>]) -> bool {
+    static SHA: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    args.len() > RW_MODE
+        && args[0].eq_ignore_ascii_case(b"evalsha")
+        && args[1] == SHA.get_or_init(rw_acquire_script_sha).as_bytes()
+        && args[2] == b"6"
 }
 
 fn is_release(args: &[Vec<u8>]) -> bool {

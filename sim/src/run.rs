@@ -141,6 +141,7 @@ async fn simulate(scenario: Scenario, options: &Options) -> Outcome {
                 client,
                 observer: observer.clone(),
                 keys: scenario.keys.clone(),
+                rw: scenario.rw,
                 lease: scenario.lease,
                 command_timeout: ct,
                 until,

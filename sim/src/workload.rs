@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use lock_core::{in_context, AcquireOptions, Error, Lock, LockClient, LockGuard};
+use lock_core::{in_context, AcquireOptions, Error, Lock, LockClient, LockGuard, LockMode};
 use tokio::time::Instant;
 
 use crate::observer::Observer;
@@ -19,6 +19,9 @@ pub(crate) struct Task {
     pub(crate) client: Arc<LockClient>,
     pub(crate) observer: Arc<Observer>,
     pub(crate) keys: Vec<String>,
+    /// Read-write locks: each round takes the read side (seven in ten) or
+    /// the write side.
+    pub(crate) rw: bool,
     pub(crate) lease: Duration,
     pub(crate) command_timeout: Duration,
     pub(crate) until: Instant,
@@ -38,7 +41,7 @@ impl Task {
                 break;
             }
             let key = self.keys[self.rng.usize(0..self.keys.len())].clone();
-            let lock = match self.client.lock(&key) {
+            let lock = match self.handle(&key) {
                 Ok(lock) => lock,
                 Err(err) => {
                     self.failed("lock", &key, &err);
@@ -63,6 +66,19 @@ impl Task {
             let gap = up_to(&mut self.rng, Duration::from_millis(30));
             tokio::time::sleep(gap).await;
         }
+    }
+
+    /// The lock `key` (a side of it, drawn, for a read-write lock).
+    fn handle(&mut self, key: &str) -> Result<Lock, Error> {
+        if !self.rw {
+            return self.client.lock(key);
+        }
+        let rw = self.client.rw_lock(key)?;
+        Ok(if self.rng.u32(0..10) < 7 {
+            rw.read()
+        } else {
+            rw.write()
+        })
     }
 
     /// `c<n>` of `c<n>.t<m>`.
@@ -212,6 +228,16 @@ impl Task {
         let wait = self.wait();
         let who = self.who.clone();
         let lock = lock.clone();
+        // Under a write hold, the inner acquisitions may be reads: a
+        // downgrade (the read stays valid beside the write).
+        let inner_lock = match lock.mode() {
+            LockMode::Write if self.rng.bool() => self
+                .client
+                .rw_lock(lock.name())
+                .map(|rw| rw.read())
+                .unwrap_or_else(|_| lock.clone()),
+            _ => lock.clone(),
+        };
         let mut me = std::mem::replace(&mut self.rng, fastrand::Rng::with_seed(0));
         let this = &*self;
         in_context(async {
@@ -229,7 +255,7 @@ impl Task {
                 let inner_who = format!("{who}/inner{round}");
                 let asked = Instant::now();
                 let waiting = this.observer.waiting(lock.name(), Some(wait));
-                let inner = lock.acquire_timeout(wait).await;
+                let inner = inner_lock.acquire_timeout(wait).await;
                 waiting.returned("");
                 match inner {
                     Ok(inner) => {

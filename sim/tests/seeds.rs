@@ -164,3 +164,28 @@ fn the_seeds_of_the_undone_re_entry_keep_every_invariant() {
         assert!(outcome.passed(), "{}", describe(&outcome));
     }
 }
+
+/// Read-write seeds: a writer granted as a reader (the plant rewrites the
+/// write script's mode) is seen beside readers and writers, and the same
+/// seed without the plant keeps every invariant.
+#[test]
+fn a_writer_granted_as_a_reader_is_found() {
+    let (seed, outcome) = first_failing(Plant::SharedWriter, Invariant::MutualExclusion, 50)
+        .expect("a writer beside others within 50 seeds");
+    assert!(outcome.scenario.rw, "found on a read-write seed");
+    eprintln!("shared-writer found by seed {seed}: {}", describe(&outcome));
+    let clean = run(seed, &options()).expect("a runtime");
+    assert!(clean.passed(), "{}", describe(&clean));
+    assert!(clean.activity.holds > 5, "it took locks");
+}
+
+/// About three seeds in ten run read-write locks, and they take holds of
+/// both sides.
+#[test]
+fn read_write_seeds_are_in_the_ci_range() {
+    let rw: Vec<u64> = (0..CI_SEEDS)
+        .filter(|s| lock_sim::Scenario::of(*s, &options()).rw)
+        .collect();
+    let share = rw.len() as f64 / CI_SEEDS as f64;
+    assert!((0.2..0.4).contains(&share), "{share}");
+}

@@ -6,7 +6,8 @@
 //! lock-core's in-memory Redis with a real redis-server, case by case;
 //! `redisson_rwlock`, Redisson's read-write lock protocol spoken by the
 //! reference client the read-write lock's interop suites use; `rwlock`,
-//! the read-write lock itself.
+//! the read-write lock itself, and `rwlock_interop`, it and Redisson's
+//! protocol on the same names.
 
 mod support;
 
@@ -21,4 +22,5 @@ mod engine {
     mod memory_backend;
     mod redisson_rwlock;
     mod rwlock;
+    mod rwlock_interop;
 }

@@ -14,6 +14,8 @@ mod faults {
     mod lanes;
     mod no_wedge;
     mod release_once;
+    mod rw_cut_faults;
+    mod rw_faults;
     mod validity;
     mod wait_bounds;
 }

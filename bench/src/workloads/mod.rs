@@ -3,6 +3,7 @@
 
 pub(crate) mod layer;
 pub(crate) mod refs;
+pub(crate) mod rw;
 pub(crate) mod w1;
 pub(crate) mod w2;
 pub(crate) mod w3;
@@ -143,7 +144,7 @@ impl Drop for ClientCpu {
     }
 }
 
-/// The figures of an uncontended loop (W1, L-min-mux, L-min-pool, L-serial): cycles/s and
+/// The figures of an uncontended loop (W1, R1, L-min-mux, L-min-pool, L-serial): cycles/s and
 /// the percentiles of the cycle latency (acquire start → release end).
 pub(crate) fn uncontended(
     lib: &str,
@@ -162,7 +163,7 @@ pub(crate) fn uncontended(
         p99_us: us(99.0),
         extra: crate::report::Extra {
             cycle_p50_us: us(50.0),
-            wd: None,
+            ..Default::default()
         },
         notes,
         ..Default::default()
@@ -205,7 +206,7 @@ pub(crate) fn contended(
         ),
         extra: crate::report::Extra {
             cycle_p50_us: cycle_p50,
-            wd: None,
+            ..Default::default()
         },
     }
 }

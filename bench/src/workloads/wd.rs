@@ -343,6 +343,7 @@ pub(crate) async fn run(ctx: &Ctx, count: usize) -> BenchResult<Measurement> {
         extra: Extra {
             cycle_p50_us: None,
             wd: Some(figures),
+            ..Default::default()
         },
         ..Default::default()
     })

@@ -39,7 +39,7 @@ const LATCH_MS: &str = "1000";
 const TTL_TOLERANCE_MS: i64 = 1_000;
 
 /// The protocol's scripts, by name, with their sources.
-const SCRIPTS: [(&str, &str); 7] = [
+const SCRIPTS: [(&str, &str); 10] = [
     (
         "acquire",
         include_str!("../../../lock-core/src/protocol/acquire.lua"),
@@ -67,6 +67,18 @@ const SCRIPTS: [(&str, &str); 7] = [
     (
         "force_unlock",
         include_str!("../../../lock-core/src/protocol/force_unlock.lua"),
+    ),
+    (
+        "rw_acquire",
+        include_str!("../../../lock-core/src/protocol/rw_acquire.lua"),
+    ),
+    (
+        "rw_release",
+        include_str!("../../../lock-core/src/protocol/rw_release.lua"),
+    ),
+    (
+        "rw_cancel",
+        include_str!("../../../lock-core/src/protocol/rw_cancel.lua"),
     ),
 ];
 
@@ -127,6 +139,11 @@ fn script(name: &str, keys: &[&str], args: &[&str]) -> Vec<String> {
 
 /// The Redis names of one lock (Redisson's layout, lock-core's helpers).
 struct K {
+    /// The read-write lock's: its channel, the readers' timeout-key
+    /// prefix, the waiting writer's mark.
+    rw_channel: String,
+    rw_prefix: String,
+    writer: String,
     lock: String,
     token: String,
     channel: String,
@@ -138,6 +155,9 @@ struct K {
 impl K {
     fn new(name: &str) -> K {
         K {
+            rw_channel: format!("redisson_rwlock:{{{name}}}"),
+            rw_prefix: format!("{{{name}}}"),
+            writer: format!("lockcore_writer:{{{name}}}"),
             lock: name.to_string(),
             token: format!("redisson_lock_token:{{{name}}}"),
             channel: format!("redisson_lock__channel:{{{name}}}"),
@@ -196,6 +216,72 @@ impl K {
             &[&self.lock, &self.channel, latch],
             &[owner, mode, "0", LATCH_MS, "publish"],
         )
+    }
+
+    /// rw_acquire.lua: `mode` 'read', 'write', 'read-re' or 'write-re'.
+    fn rw_acquire(
+        &self,
+        owner: &str,
+        mode: &str,
+        line: &str,
+        lease: &str,
+        downgrade_from: &str,
+    ) -> Vec<String> {
+        let latch = self.latch(&format!("a-{owner}-{mode}"));
+        let client = owner.split(':').next().unwrap_or(owner);
+        script(
+            "rw_acquire",
+            &[
+                &self.lock,
+                &self.token,
+                &latch,
+                &self.queue,
+                &self.turn,
+                &self.writer,
+            ],
+            &[
+                lease,
+                owner,
+                mode,
+                RETENTION,
+                LATCH_MS,
+                client,
+                line,
+                &self.rw_prefix,
+                downgrade_from,
+                "2000",
+            ],
+        )
+    }
+
+    fn rw_release(&self, owner: &str, side: &str, counts: &str) -> Vec<String> {
+        let client = owner.split(':').next().unwrap_or(owner);
+        script(
+            "rw_release",
+            &[&self.lock, &self.rw_channel, &self.queue, &self.turn],
+            &[
+                owner,
+                LEASE,
+                side,
+                client,
+                "20",
+                counts,
+                "publish",
+                &self.rw_prefix,
+            ],
+        )
+    }
+
+    fn rw_cancel(&self, latch: &str, owner: &str, mode: &str, side: &str) -> Vec<String> {
+        script(
+            "rw_cancel",
+            &[&self.lock, &self.rw_channel, latch],
+            &[owner, mode, side, LATCH_MS, "publish", &self.rw_prefix],
+        )
+    }
+
+    fn timeout_key(&self, owner: &str, n: u32) -> String {
+        format!("{}:{owner}:rwlock_timeout:{n}", self.rw_prefix)
     }
 
     fn force_unlock(&self, publish: &str) -> Vec<String> {
@@ -852,6 +938,151 @@ fn cases() -> Vec<(&'static str, Vec<Step>)> {
         "return table.concat({'1', '0', '1'})",
         "return math.floor(7.9)",
     ];
+    // ---- the read-write lock's scripts ----
+    let a = k();
+    table.push((
+        "rw: readers share with a timeout key each; a waiting writer's mark keeps new readers out",
+        vec![
+            step_as(Rule::Token, a.rw_acquire("c1:1", "read", "0", LEASE, "")),
+            step_as(Rule::Token, a.rw_acquire("c2:1", "read", "1", "5000", "")),
+            cmd(&["HGETALL", &a.lock]),
+            ruled(Rule::Ttl, &["PTTL", &a.timeout_key("c2:1", 1)]),
+            step_as(Rule::PairTtl, a.rw_acquire("c3:1", "write", "0", LEASE, "")),
+            cmd(&["EXISTS", &a.writer]),
+            step_as(Rule::PairTtl, a.rw_acquire("c3:2", "write", "1", LEASE, "")),
+            cmd(&["GET", &a.writer]),
+            cmd(&["ZRANGE", &a.queue, "0", "-1"]),
+            step_as(Rule::PairTtl, a.rw_acquire("c4:1", "read", "1", LEASE, "")),
+            // a second copy of c1:1's request: acquired again, nothing added
+            step_as(Rule::Token, a.rw_acquire("c1:1", "read", "0", LEASE, "")),
+            cmd(&["HGETALL", &a.lock]),
+        ],
+    ));
+    let a = k();
+    table.push((
+        "rw: read re-entry, one of two counts, the last read beside another: TTL from its keys; the last frees and says 0",
+        vec![
+            Step::Subscribe {
+                channel: a.rw_channel.clone(),
+                sharded: false,
+            },
+            step_as(Rule::Token, a.rw_acquire("c1:1", "read", "0", LEASE, "")),
+            step(a.rw_acquire("c1:1", "read-re", "0", LEASE, "")),
+            step(a.rw_acquire("c1:9", "read-re", "0", LEASE, "")),
+            cmd(&["HGETALL", &a.lock]),
+            step(a.rw_release("c1:1", "read", "2")),
+            step(a.rw_release("c1:1", "read", "2")),
+            cmd(&["EXISTS", &a.timeout_key("c1:1", 2)]),
+            step_as(Rule::Token, a.rw_acquire("c2:1", "read", "0", "5000", "")),
+            step(a.rw_release("c1:1", "read", "1")),
+            step(a.rw_release("c1:1", "read", "1")),
+            ruled(Rule::Ttl, &["PTTL", &a.lock]),
+            step(a.rw_release("c2:1", "read", "1")),
+            Step::Messages,
+            cmd(&["EXISTS", &a.lock]),
+        ],
+    ));
+    let a = k();
+    table.push((
+        "rw: write, its re-entry, a downgrade; the write's release leaves the read and says 0",
+        vec![
+            Step::Subscribe {
+                channel: a.rw_channel.clone(),
+                sharded: false,
+            },
+            step_as(Rule::Token, a.rw_acquire("c1:1", "write", "0", LEASE, "")),
+            step(a.rw_acquire("c1:1", "write-re", "0", LEASE, "")),
+            step_as(Rule::PairTtl, a.rw_acquire("c2:1", "read", "0", LEASE, "")),
+            step_as(
+                Rule::PairTtl,
+                a.rw_acquire("c1:2", "read", "0", LEASE, "c9:9"),
+            ),
+            step_as(
+                Rule::Token,
+                a.rw_acquire("c1:2", "read", "0", LEASE, "c1:1"),
+            ),
+            cmd(&["HGETALL", &a.lock]),
+            step(a.rw_release("c1:1", "write", "2")),
+            step(a.rw_release("c1:1", "write", "1")),
+            cmd(&["HGETALL", &a.lock]),
+            Step::Messages,
+            step(a.rw_release("c1:1", "write", "1")),
+            step(a.rw_release("c1:2", "read", "1")),
+            Step::Messages,
+            cmd(&["EXISTS", &a.lock]),
+        ],
+    ));
+    let a = k();
+    table.push((
+        "rw: cancelled new read and write undone, a late copy refused; a cancelled re-entry takes one count",
+        vec![
+            step_as(Rule::Token, a.rw_acquire("c1:1", "read", "0", LEASE, "")),
+            step(a.rw_cancel(&a.latch("a-c1:1-read"), "c1:1", "new", "read")),
+            cmd(&["EXISTS", &a.lock, &a.timeout_key("c1:1", 1)]),
+            step(a.rw_acquire("c1:1", "read", "0", LEASE, "")),
+            step(a.rw_cancel(&a.latch("a-c1:1-read"), "c1:1", "new", "read")),
+            step_as(Rule::Token, a.rw_acquire("c2:1", "read", "0", LEASE, "")),
+            step(a.rw_acquire("c2:1", "read-re", "0", LEASE, "")),
+            step(a.rw_cancel(&a.latch("a-c2:1-read-re"), "c2:1", "re", "read")),
+            cmd(&["HGETALL", &a.lock]),
+            cmd(&["EXISTS", &a.timeout_key("c2:1", 2)]),
+            step(a.rw_release("c2:1", "read", "1")),
+            step_as(Rule::Token, a.rw_acquire("c3:1", "write", "0", LEASE, "")),
+            step(a.rw_cancel(&a.latch("a-c3:1-write"), "c3:1", "new", "write")),
+            cmd(&["EXISTS", &a.lock]),
+        ],
+    ));
+    let a = k();
+    let other = k();
+    table.push((
+        "rw: renewal of a reader renews its own keys only; a writer's field; a plain lock's hash is held for both sides",
+        vec![
+            step_as(Rule::Token, a.rw_acquire("c1:1", "read", "0", "1000", "")),
+            step_as(Rule::Token, a.rw_acquire("c2:1", "read", "0", "1000", "")),
+            step_as(Rule::Token, other.rw_acquire("c3:1", "write", "0", "1000", "")),
+            step(script(
+                "renew",
+                &[&a.lock, &other.lock, &other.lock],
+                &[
+                    LEASE,
+                    &format!("c1:1\0{}", a.rw_prefix),
+                    "c3:1:write",
+                    "c3:1",
+                ],
+            )),
+            ruled(Rule::Ttl, &["PTTL", &a.timeout_key("c1:1", 1)]),
+            ruled(Rule::Ttl, &["PTTL", &a.timeout_key("c2:1", 1)]),
+            ruled(Rule::Ttl, &["PTTL", &a.lock]),
+            ruled(Rule::Ttl, &["PTTL", &other.lock]),
+            step(a.rw_release("c1:1", "read", "1")),
+            step(a.rw_release("c2:1", "read", "1")),
+            step(other.rw_release("c3:1", "write", "1")),
+            step_as(Rule::Token, a.new_hold("c5:1", "c5")),
+            step_as(Rule::PairTtl, a.rw_acquire("c6:1", "read", "0", LEASE, "")),
+            step_as(Rule::PairTtl, a.rw_acquire("c6:2", "write", "0", LEASE, "")),
+        ],
+    ));
+    let a = k();
+    table.push((
+        "rw: a read release that frees the lock gives the turn to the longest-waiting writer; readers wait for the turn",
+        vec![
+            Step::Subscribe {
+                channel: a.rw_channel.clone(),
+                sharded: false,
+            },
+            step_as(Rule::Token, a.rw_acquire("c1:1", "read", "0", LEASE, "")),
+            cmd(&["ZADD", &a.queue, "1", "c2", "2", "c3"]),
+            step(a.rw_release("c1:1", "read", "1")),
+            cmd(&["GET", &a.turn]),
+            cmd(&["ZRANGE", &a.queue, "0", "-1"]),
+            step_as(Rule::PairTtl, a.rw_acquire("c4:1", "read", "0", LEASE, "")),
+            step_as(Rule::PairTtl, a.rw_acquire("c3:1", "write", "2", LEASE, "")),
+            step_as(Rule::Token, a.rw_acquire("c2:1", "write", "2", LEASE, "")),
+            cmd(&["EXISTS", &a.turn]),
+            cmd(&["HGETALL", &a.lock]),
+            Step::Messages,
+        ],
+    ));
     table.push((
         "Lua: conversions both ways, the redis table, errors and their positions",
         evals

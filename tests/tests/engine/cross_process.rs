@@ -40,6 +40,7 @@ fn child_process() {
         match role.as_str() {
             "increment" => child_increment().await,
             "hold" => child_hold().await,
+            "hold-read" => child_hold_read().await,
             other => panic!("unknown role {other}"),
         }
     });
@@ -103,6 +104,101 @@ async fn child_hold() {
     println!("HELD {}", guard.fencing_token());
     tokio::time::sleep(Duration::from_secs(60)).await;
     drop(guard);
+}
+
+/// Take the read side of a read-write lock, say so, hold until killed.
+async fn child_hold_read() {
+    let watchdog: u64 = env_var(WATCHDOG_MS).parse().unwrap_or(1000);
+    let client = LockClient::builder(env_var(URL))
+        .watchdog_timeout(Duration::from_millis(watchdog))
+        .build()
+        .unwrap_or_else(|e| panic!("{e}"));
+    let guard = client
+        .rw_lock(env_var(NAME))
+        .unwrap_or_else(|e| panic!("{e}"))
+        .read()
+        .acquire()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    println!("HELD {}", guard.owner_id());
+    tokio::time::sleep(Duration::from_secs(60)).await;
+    drop(guard);
+}
+
+/// Starts a child with `role`, waits for its "HELD <x>" line; returns the
+/// child and `<x>`.
+async fn held_by_child(role: &str, url: String, name: &str, watchdog_ms: u64) -> (Child, String) {
+    let mut child = spawn_child(&[
+        (ROLE, role.to_string()),
+        (URL, url),
+        (NAME, name.to_string()),
+        (WATCHDOG_MS, watchdog_ms.to_string()),
+    ]);
+    let stdout = child
+        .stdout
+        .take()
+        .unwrap_or_else(|| panic!("piped stdout"));
+    let line = tokio::task::spawn_blocking(move || {
+        BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+            .find(|l| l.contains("HELD "))
+    });
+    let held = tokio::time::timeout(Duration::from_secs(30), line)
+        .await
+        .unwrap_or_else(|_| panic!("child never said HELD"))
+        .unwrap_or_else(|e| panic!("reader: {e}"))
+        .unwrap_or_else(|| panic!("child exited without holding"));
+    let what = held.trim().trim_start_matches("HELD ").to_string();
+    (child, what)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_reader_process_does_not_keep_a_writer_out_past_its_lease() {
+    let server = support::server();
+    let watchdog_ms = 1000u64;
+    let (mut child, dead) = held_by_child("hold-read", server.url(), "xp:rw", watchdog_ms).await;
+    // a reader of ours shares with the child, renewed all along
+    let ours = support::client_for(&server, watchdog_ms)
+        .rw_lock("xp:rw")
+        .expect("name");
+    let reader = ours
+        .read()
+        .acquire_timeout(Duration::from_secs(2))
+        .await
+        .expect("shares");
+    let writer_client = support::client_for(&server, 30_000);
+    let rw = writer_client.rw_lock("xp:rw").expect("name");
+    let writer = tokio::spawn({
+        let w = rw.write();
+        async move { w.acquire_timeout(Duration::from_secs(20)).await }
+    });
+    child.kill().unwrap_or_else(|e| panic!("kill: {e}"));
+    let _ = child.wait();
+    // past the dead reader's lease (its timeout key expires; our renewals
+    // never touch it, unlike Redisson's, which renew every reader's)
+    tokio::time::sleep(Duration::from_millis(watchdog_ms + 500)).await;
+    let mut conn = raw(&server).await;
+    let its_key = format!("{{xp:rw}}:{dead}:rwlock_timeout:1");
+    let pttl: i64 = cmd(&mut conn, &["PTTL", &its_key]).await;
+    assert_eq!(pttl, -2, "the killed reader's timeout key expired");
+    assert!(
+        !writer.is_finished(),
+        "our live reader still keeps the writer out"
+    );
+    assert!(reader.is_held());
+    let released = Instant::now();
+    reader.release().await.expect("release");
+    let w = support::within(Duration::from_secs(3), "writer", writer)
+        .await
+        .expect("join")
+        .expect("the writer gets in");
+    assert!(
+        released.elapsed() < Duration::from_millis(800),
+        "the dead reader's field did not hold the writer: {:?}",
+        released.elapsed()
+    );
+    w.release().await.expect("release");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

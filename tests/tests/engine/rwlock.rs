@@ -10,99 +10,8 @@ use std::time::{Duration, Instant};
 
 use lock_core::{in_context, AcquireOptions, Error, LockClient, LockContext, LockMode};
 
+use crate::support::rw_inside::RwInside;
 use crate::support::{self, cmd, raw, within};
-
-/// An independent observer of a read-write lock: counters of readers and
-/// writers inside, in Redis, changed and read in one `MULTI` with its own
-/// connection. A writer entering while anyone is inside, or a reader
-/// entering while a writer is, is a violation (counted in Redis too).
-#[derive(Clone)]
-pub(crate) struct RwInside {
-    conn: redis::aio::MultiplexedConnection,
-    key: String,
-    /// The most readers seen inside at once.
-    pub(crate) most_readers: Arc<AtomicI64>,
-}
-
-impl RwInside {
-    pub(crate) async fn new(server: &lock_tests::RedisServer, name: &str) -> RwInside {
-        let mut conn = raw(server).await;
-        let key = format!("observer:rw:{name}");
-        let _: () = cmd(
-            &mut conn,
-            &[
-                "DEL",
-                &format!("{key}:r"),
-                &format!("{key}:w"),
-                &format!("{key}:bad"),
-            ],
-        )
-        .await;
-        RwInside {
-            conn,
-            key,
-            most_readers: Arc::new(AtomicI64::new(0)),
-        }
-    }
-
-    async fn step(&mut self, mine: &str, add: i64) -> (i64, i64) {
-        let (r, w) = (format!("{}:r", self.key), format!("{}:w", self.key));
-        let mut pipe = redis::pipe();
-        pipe.atomic()
-            .cmd("INCRBY")
-            .arg(if mine == "r" { &r } else { &w })
-            .arg(add)
-            .ignore()
-            .cmd("GET")
-            .arg(&r)
-            .cmd("GET")
-            .arg(&w);
-        let (readers, writers): (Option<i64>, Option<i64>) = pipe
-            .query_async(&mut self.conn)
-            .await
-            .unwrap_or_else(|e| panic!("observer: {e}"));
-        (readers.unwrap_or(0), writers.unwrap_or(0))
-    }
-
-    async fn violation(&mut self) {
-        let bad = format!("{}:bad", self.key);
-        let _: i64 = cmd(&mut self.conn, &["INCR", &bad]).await;
-    }
-
-    /// A reader comes in; false (and a violation) when a writer is inside.
-    pub(crate) async fn enter_read(&mut self) -> bool {
-        let (readers, writers) = self.step("r", 1).await;
-        self.most_readers.fetch_max(readers, Ordering::Relaxed);
-        if writers != 0 {
-            self.violation().await;
-        }
-        writers == 0
-    }
-
-    pub(crate) async fn leave_read(&mut self) {
-        self.step("r", -1).await;
-    }
-
-    /// A writer comes in; false (and a violation) when anyone else is inside.
-    pub(crate) async fn enter_write(&mut self) -> bool {
-        let (readers, writers) = self.step("w", 1).await;
-        let alone = readers == 0 && writers == 1;
-        if !alone {
-            self.violation().await;
-        }
-        alone
-    }
-
-    pub(crate) async fn leave_write(&mut self) {
-        self.step("w", -1).await;
-    }
-
-    pub(crate) async fn violations(&mut self) -> i64 {
-        let bad = format!("{}:bad", self.key);
-        let n: Option<i64> = cmd(&mut self.conn, &["GET", &bad]).await;
-        n.unwrap_or(0)
-    }
-}
 
 fn client(server: &lock_tests::RedisServer) -> LockClient {
     support::client_for(server, 30_000)
@@ -491,4 +400,53 @@ async fn never_a_writer_with_anyone_under_a_mixed_load() {
     let mut conn = raw(&server).await;
     let exists: i64 = cmd(&mut conn, &["EXISTS", "rw:mixed"]).await;
     assert_eq!(exists, 0, "nothing left");
+}
+
+#[tokio::test]
+async fn writers_of_several_clients_take_turns() {
+    let server = support::server();
+    let clients: Vec<LockClient> = (0..3).map(|_| client(&server)).collect();
+    let seen = RwInside::new(&server, "turns").await;
+    let stop = Instant::now() + Duration::from_secs(3);
+    let mut tasks = Vec::new();
+    for (i, c) in clients.iter().enumerate() {
+        for _ in 0..2 {
+            let w = c.rw_lock("rw:turns").expect("name").write();
+            let mut seen = seen.clone();
+            tasks.push(tokio::spawn(async move {
+                let mut mine = 0u32;
+                // no pause between sections; bounded in count and time
+                for _ in 0..10_000 {
+                    if Instant::now() > stop {
+                        break;
+                    }
+                    let g = w.acquire_timeout(Duration::from_secs(5)).await?;
+                    seen.enter_write().await;
+                    tokio::time::sleep(Duration::from_millis(2)).await;
+                    seen.leave_write().await;
+                    g.release().await?;
+                    mine += 1;
+                }
+                Ok::<_, Error>((i, mine))
+            }));
+        }
+    }
+    let mut per_client = [0u32; 3];
+    for t in tasks {
+        let (i, n) = within(Duration::from_secs(20), "writer", t)
+            .await
+            .expect("join")
+            .expect("every write succeeds");
+        per_client[i] += n;
+    }
+    let mut seen = seen;
+    assert_eq!(seen.violations().await, 0, "one writer at a time");
+    let total: u32 = per_client.iter().sum();
+    println!("writes per client in 3 s: {per_client:?}");
+    for n in per_client {
+        assert!(
+            n * 5 >= total,
+            "every client's writers got turns: {per_client:?}"
+        );
+    }
 }

@@ -1,7 +1,9 @@
 //! The minimal ACL of a restricted Redis user, as README.md documents it,
 //! checked on a real server: a user with exactly these rights can take a
 //! contended lock (with a waiter woken by pub/sub), release it, re-enter it
-//! in a context, force-unlock it and inspect locks (status, scan), and
+//! in a context, force-unlock it and inspect locks (status, scan), use the
+//! read-write lock (readers sharing, a woken writer, a downgrade, a
+//! reader's renewal, force-unlock), and
 //! Redis denies nothing on the way (ACL LOG stays empty but for the
 //! optional `CONFIG GET`). A user missing one of the key patterns gets a
 //! prompt `NOPERM` error (`is_no_permission()`), never a hang.
@@ -26,8 +28,13 @@ const KEYS: &[&str] = &[
     // lock-core's turns between waiting clients
     "~lockcore_waiters:{app:*",
     "~lockcore_turn:{app:*",
+    // the read-write lock: its readers' timeout keys (`{app:<name>}:...`,
+    // built inside the scripts), its channel, a waiting writer's mark
+    "~{app:*",
+    "~redisson_rwlock:{app:*",
+    "~lockcore_writer:{app:*",
 ];
-const CHANNELS: &[&str] = &["&redisson_lock__channel:{app:*"];
+const CHANNELS: &[&str] = &["&redisson_lock__channel:{app:*", "&redisson_rwlock:{app:*"];
 const COMMANDS: &[&str] = &[
     // sent by the client
     "+evalsha",
@@ -59,6 +66,9 @@ const COMMANDS: &[&str] = &[
     "+publish",
     "+zadd",
     "+zrange",
+    // run by the read-write lock's scripts
+    "+hset",
+    "+hkeys",
 ];
 
 /// `--user <name> on >pw resetkeys resetchannels -@all <rules...>`.
@@ -114,6 +124,18 @@ fn client_as(server: &RedisServer, user: &str) -> LockClient {
 fn client_of(server: &RedisServer, user: &str, db: &str) -> LockClient {
     LockClient::builder(format!("redis://{user}:pw@127.0.0.1:{}{db}", server.port()))
         .key_prefix(PREFIX)
+        .connect_timeout(Duration::from_secs(2))
+        .command_timeout(Duration::from_secs(2))
+        .error_hook(|err| panic!("no background error expected: {err}"))
+        .build()
+        .expect("client")
+}
+
+/// A client of `user` with a short watchdog lease (renewals run soon).
+fn client_as_with_watchdog(server: &RedisServer, user: &str, lease: Duration) -> LockClient {
+    LockClient::builder(format!("redis://{user}:pw@127.0.0.1:{}", server.port()))
+        .key_prefix(PREFIX)
+        .watchdog_timeout(lease)
         .connect_timeout(Duration::from_secs(2))
         .command_timeout(Duration::from_secs(2))
         .error_hook(|err| panic!("no background error expected: {err}"))
@@ -209,6 +231,57 @@ async fn a_user_with_the_documented_acl_can_do_everything() {
         .is_some(),
         "the dropped guard is released in the background"
     );
+
+    // The read-write lock: readers of two clients share, a writer waits
+    // and is woken by the last read release, a downgrade, renewal of a
+    // reader's own keys (lease 1 s), status and force-unlock.
+    let rw = client.rw_lock("catalog").expect("name");
+    let rw_other = other.rw_lock("catalog").expect("name");
+    let r1 = rw.read().acquire().await.expect("read");
+    let r2 = rw_other
+        .read()
+        .acquire()
+        .await
+        .expect("a second reader shares");
+    let writer = tokio::spawn({
+        let w = rw_other.write();
+        async move { w.acquire_timeout(Duration::from_secs(5)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let status = rw.status().await.expect("status");
+    assert_eq!(status.owners.len(), 2, "{status:?}");
+    r1.release().await.expect("release");
+    let released = Instant::now();
+    r2.release().await.expect("release");
+    let w = within(Duration::from_secs(5), "writer", writer)
+        .await
+        .expect("task")
+        .expect("the writer gets the lock");
+    assert!(
+        released.elapsed() < Duration::from_millis(500),
+        "woken by pub/sub"
+    );
+    w.release().await.expect("release");
+    lock_core::in_context(async {
+        let w = rw.write().acquire().await?;
+        let r = rw.read().acquire().await?; // a downgrade
+        w.release().await?;
+        r.release().await
+    })
+    .await
+    .expect("downgrade");
+    let renewing = client_as_with_watchdog(&server, "locker", Duration::from_millis(900));
+    let kept = renewing
+        .rw_lock("catalog")
+        .expect("name")
+        .read()
+        .acquire()
+        .await
+        .expect("read");
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(kept.is_held(), "renewed with the documented rights");
+    assert!(rw.force_unlock().await.expect("force unlock"));
+    drop(kept);
 
     // Nothing was denied but the optional CONFIG GET of the eviction check.
     let denials = acl_denials(&server);

@@ -7,6 +7,7 @@
 
 pub mod layer;
 pub mod redisson_rw;
+pub mod rw_inside;
 
 use std::collections::HashMap;
 use std::future::Future;
@@ -136,6 +137,27 @@ pub fn cancel_sha() -> String {
 /// The SHA1 of lock-core's renewal script.
 pub fn renew_sha() -> String {
     script_sha(include_str!("../../../lock-core/src/protocol/renew.lua"))
+}
+
+/// The SHA1 of lock-core's read-write lock acquire script.
+pub fn rw_acquire_sha() -> String {
+    script_sha(include_str!(
+        "../../../lock-core/src/protocol/rw_acquire.lua"
+    ))
+}
+
+/// The SHA1 of lock-core's read-write lock release script.
+pub fn rw_release_sha() -> String {
+    script_sha(include_str!(
+        "../../../lock-core/src/protocol/rw_release.lua"
+    ))
+}
+
+/// The SHA1 of lock-core's read-write lock cancel script.
+pub fn rw_cancel_sha() -> String {
+    script_sha(include_str!(
+        "../../../lock-core/src/protocol/rw_cancel.lua"
+    ))
 }
 
 fn script_sha(source: &str) -> String {

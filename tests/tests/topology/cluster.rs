@@ -1168,3 +1168,93 @@ async fn a_stalled_primary_costs_only_its_own_holds_with_a_long_command_timeout(
     let f = one_stalled_primary(Duration::from_secs(2)).await;
     assert_isolated(&f, Duration::from_secs(3));
 }
+
+/// The read-write lock on a cluster: every key of it (the hash, the
+/// readers' timeout keys built inside the scripts, the writer's mark, the
+/// channel) in the name's slot, plain names and tagged ones; readers of
+/// two clients share; a write release wakes a waiting reader of another
+/// client by sharded pub/sub on the slot's primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_read_write_lock_keeps_its_keys_in_one_slot_and_wakes_by_sharded_pub_sub() {
+    let c = cluster(3, 0);
+    let a = client(&c.url(), Duration::from_secs(30));
+    let b = client(&c.url(), Duration::from_secs(30));
+    for name in ["catalog", "{tenant:9}:prices"] {
+        let slot = c.key_slot(name).unwrap_or_else(|e| panic!("{e}"));
+        let node = &c.nodes()[c.primary_for_slot(slot).unwrap_or_else(|e| panic!("{e}"))];
+        let rw_a = a.rw_lock(name).unwrap_or_else(|e| panic!("{e}"));
+        let rw_b = b.rw_lock(name).unwrap_or_else(|e| panic!("{e}"));
+        let r1 = rw_a
+            .read()
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let r2 = rw_b
+            .read()
+            .acquire()
+            .await
+            .unwrap_or_else(|e| panic!("{e}"));
+        let braced = if name.contains('{') {
+            name.to_string()
+        } else {
+            format!("{{{name}}}")
+        };
+        for g in [&r1, &r2] {
+            let key = format!("{braced}:{}:rwlock_timeout:1", g.owner_id());
+            assert_eq!(c.key_slot(&key).unwrap_or_else(|e| panic!("{e}")), slot);
+            let on_node = node
+                .command(&["EXISTS", &key])
+                .unwrap_or_else(|e| panic!("{e}"))
+                .as_i64();
+            assert_eq!(on_node, Some(1), "{key} on the slot's primary");
+        }
+        let mode = node
+            .command(&["HGET", name, "mode"])
+            .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(mode.as_string().as_deref(), Some("read"), "{name}");
+        // a waiting writer leaves its mark in the slot too
+        let writer = tokio::spawn({
+            let w = rw_b.write();
+            async move { w.acquire_timeout(Duration::from_secs(10)).await }
+        });
+        let mark = if name.contains('{') {
+            format!("lockcore_writer:{name}")
+        } else {
+            format!("lockcore_writer:{{{name}}}")
+        };
+        assert_eq!(c.key_slot(&mark).unwrap_or_else(|e| panic!("{e}")), slot);
+        within(Duration::from_secs(5), "the writer's mark", async {
+            while node
+                .command(&["EXISTS", &mark])
+                .unwrap_or_else(|e| panic!("{e}"))
+                .as_i64()
+                != Some(1)
+            {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        r1.release().await.unwrap_or_else(|e| panic!("{e}"));
+        r2.release().await.unwrap_or_else(|e| panic!("{e}"));
+        let w = within(Duration::from_secs(5), "writer", writer)
+            .await
+            .unwrap_or_else(|e| panic!("{e}"))
+            .unwrap_or_else(|e| panic!("{e}"));
+        // a reader of the other client waits, woken by the write release
+        let reader = spawn_waiter(rw_a.read());
+        let channel = if name.contains('{') {
+            format!("redisson_rwlock:{name}")
+        } else {
+            format!("redisson_rwlock:{{{name}}}")
+        };
+        assert_eq!(c.key_slot(&channel).unwrap_or_else(|e| panic!("{e}")), slot);
+        until_shard_subscribers(node, &channel, 1, "sharded subscription").await;
+        let released = Instant::now();
+        w.release().await.unwrap_or_else(|e| panic!("{e}"));
+        let woke = woken_after(reader, released).await;
+        assert!(
+            woke < Duration::from_secs(2),
+            "{name}: woken by the sharded message, not the 30 s lease: {woke:?}"
+        );
+    }
+}
