@@ -7,7 +7,6 @@
 
 pub mod layer;
 pub mod redisson_rw;
-pub mod rw_inside;
 
 use std::collections::HashMap;
 use std::future::Future;
