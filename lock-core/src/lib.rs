@@ -150,6 +150,9 @@
 //! lock. An upgrade (write where the same context holds only a read) fails
 //! at once with [`Error::UpgradeRefused`]; a downgrade works; waiting
 //! writers keep new readers of this library out so that they never starve.
+//! The attribute takes a side with `mode = "read"` / `"write"`, lock-tower's
+//! `LockLayer::read_write` per request (`GET` reads, a `POST` writes), and
+//! `lockctl hold --read` / `--write` from a shell.
 //!
 //! ```no_run
 //! # async fn demo(client: lock_core::LockClient) -> lock_core::Result<()> {
