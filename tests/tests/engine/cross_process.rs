@@ -242,27 +242,7 @@ async fn three_processes_of_eight_tasks_never_overlap_and_lose_no_update() {
 async fn a_killed_holder_process_is_taken_over_after_the_watchdog_timeout() {
     let server = support::server();
     let watchdog_ms = 1000u64;
-    let mut child = spawn_child(&[
-        (ROLE, "hold".to_string()),
-        (URL, server.url()),
-        (NAME, "xp:crash".to_string()),
-        (WATCHDOG_MS, watchdog_ms.to_string()),
-    ]);
-    let stdout = child
-        .stdout
-        .take()
-        .unwrap_or_else(|| panic!("piped stdout"));
-    let line = tokio::task::spawn_blocking(move || {
-        BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .find(|l| l.contains("HELD "))
-    });
-    let held = tokio::time::timeout(Duration::from_secs(30), line)
-        .await
-        .unwrap_or_else(|_| panic!("child never said HELD"))
-        .unwrap_or_else(|e| panic!("reader: {e}"));
-    assert!(held.is_some(), "child exited without holding");
+    let (mut child, _) = held_by_child("hold", server.url(), "xp:crash", watchdog_ms).await;
 
     let client = support::client_for(&server, 30_000);
     let lock = client.lock("xp:crash").unwrap_or_else(|e| panic!("{e}"));

@@ -10,9 +10,10 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use crate::support::cut::{faults, lengths};
 use crate::support::{self, acquire_sha, cmd, raw, release_sha, renew_sha, within};
 use lock_core::{in_context, LockClient, LockGuard};
-use lock_tests::{CommandMatch, CutKind, Fault, FaultProxy, RedisServer};
+use lock_tests::{CommandMatch, FaultProxy, RedisServer};
 
 type Hash = HashMap<String, String>;
 
@@ -78,48 +79,6 @@ async fn setup_acquire(lock: &lock_core::Lock) -> LockGuard {
 
 fn one(guard: &LockGuard, count: u32) -> Hash {
     HashMap::from([(guard.owner_id().to_string(), count.to_string())])
-}
-
-/// Every offset of the command (`CutCommand`) and of its reply (`CutReply`),
-/// with FIN and RST: `(label, fault)`.
-fn faults(command_len: usize, reply_len: usize) -> Vec<(String, Fault)> {
-    let mut out = Vec::new();
-    for how in [CutKind::Fin, CutKind::Rst] {
-        for after in 0..=command_len {
-            out.push((
-                format!("command cut after {after}/{command_len} bytes ({how:?})"),
-                Fault::CutCommand { after, how },
-            ));
-        }
-        for after in 0..=reply_len {
-            out.push((
-                format!("reply cut after {after}/{reply_len} bytes ({how:?})"),
-                Fault::CutReply { after, how },
-            ));
-        }
-    }
-    out
-}
-
-/// The lengths of the next command matching `matcher` and of its reply,
-/// measured while `op` runs (after a first run that loads the script, so
-/// that the reply measured is not NOSCRIPT).
-async fn lengths<F, Fut>(proxy: &FaultProxy, matcher: CommandMatch, op: F) -> (usize, usize)
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    op().await;
-    let seen = proxy.observe_next(matcher);
-    op().await;
-    assert!(
-        seen.wait_fired(Duration::from_secs(2)),
-        "observed the command"
-    );
-    (
-        seen.command_len().expect("command length"),
-        seen.reply_len().expect("reply length"),
-    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

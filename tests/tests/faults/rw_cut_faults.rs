@@ -13,6 +13,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
+use crate::support::cut::{faults, lengths};
 use crate::support::{self, cmd, raw, rw_acquire_sha, rw_cancel_sha, rw_release_sha, within};
 use lock_core::{in_context, LockClient, LockGuard};
 use lock_tests::{CommandMatch, CutKind, Fault, FaultProxy};
@@ -117,46 +118,6 @@ async fn setup(lock: &lock_core::Lock) -> LockGuard {
         }
     }
     panic!("set-up acquire kept failing")
-}
-
-/// Every offset of the command and of its reply, with FIN and RST.
-fn faults(command_len: usize, reply_len: usize) -> Vec<(String, Fault)> {
-    let mut out = Vec::new();
-    for how in [CutKind::Fin, CutKind::Rst] {
-        for after in 0..=command_len {
-            out.push((
-                format!("command cut after {after}/{command_len} bytes ({how:?})"),
-                Fault::CutCommand { after, how },
-            ));
-        }
-        for after in 0..=reply_len {
-            out.push((
-                format!("reply cut after {after}/{reply_len} bytes ({how:?})"),
-                Fault::CutReply { after, how },
-            ));
-        }
-    }
-    out
-}
-
-/// The lengths of the next command matching `matcher` and of its reply
-/// (after a first run that loads the script).
-async fn lengths<F, Fut>(proxy: &FaultProxy, matcher: CommandMatch, op: F) -> (usize, usize)
-where
-    F: Fn() -> Fut,
-    Fut: std::future::Future<Output = ()>,
-{
-    op().await;
-    let seen = proxy.observe_next(matcher);
-    op().await;
-    assert!(
-        seen.wait_fired(Duration::from_secs(2)),
-        "observed the command"
-    );
-    (
-        seen.command_len().expect("command length"),
-        seen.reply_len().expect("reply length"),
-    )
 }
 
 fn acquire_matcher(mode: &str, key: &str) -> CommandMatch {

@@ -5,6 +5,7 @@
 //! every helper.
 #![allow(dead_code, unreachable_pub)]
 
+pub mod cut;
 pub mod layer;
 pub mod redisson_rw;
 

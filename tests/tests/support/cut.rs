@@ -1,0 +1,48 @@
+//! What the cut-at-every-byte suites share: every fault offset of a
+//! command and its reply, and the lengths of a command and its reply.
+
+use std::time::Duration;
+
+use lock_tests::{CommandMatch, CutKind, Fault, FaultProxy};
+
+/// Every offset of the command (`CutCommand`) and of its reply (`CutReply`),
+/// with FIN and RST: `(label, fault)`.
+pub fn faults(command_len: usize, reply_len: usize) -> Vec<(String, Fault)> {
+    let mut out = Vec::new();
+    for how in [CutKind::Fin, CutKind::Rst] {
+        for after in 0..=command_len {
+            out.push((
+                format!("command cut after {after}/{command_len} bytes ({how:?})"),
+                Fault::CutCommand { after, how },
+            ));
+        }
+        for after in 0..=reply_len {
+            out.push((
+                format!("reply cut after {after}/{reply_len} bytes ({how:?})"),
+                Fault::CutReply { after, how },
+            ));
+        }
+    }
+    out
+}
+
+/// The lengths of the next command matching `matcher` and of its reply,
+/// measured while `op` runs (after a first run that loads the script, so
+/// that the reply measured is not NOSCRIPT).
+pub async fn lengths<F, Fut>(proxy: &FaultProxy, matcher: CommandMatch, op: F) -> (usize, usize)
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    op().await;
+    let seen = proxy.observe_next(matcher);
+    op().await;
+    assert!(
+        seen.wait_fired(Duration::from_secs(2)),
+        "observed the command"
+    );
+    (
+        seen.command_len().expect("command length"),
+        seen.reply_len().expect("reply length"),
+    )
+}
