@@ -341,7 +341,8 @@ impl Lock {
         let hold = self.current_hold().ok_or_else(not_held)?;
         let core = self.client.inner.core.clone();
         let lease_ms = lease_ms(None, core.config.watchdog_timeout);
-        let keys = self.keys.clone();
+        // the hold's own keys: a reader's name its own local queue
+        let keys = hold.keys.clone();
         let span = tracing::debug_span!(
             "lock.release",
             lock = %self.keys.name,

@@ -457,3 +457,33 @@ async fn writers_of_several_clients_take_turns() {
         );
     }
 }
+
+#[tokio::test]
+async fn a_read_unlocked_by_its_context_frees_it_for_the_next_read_of_that_context() {
+    let server = support::server();
+    let c = client(&server);
+    let rw = c.rw_lock("rw:unlock").expect("name");
+    in_context(async {
+        let first = rw.read().acquire().await.expect("read");
+        let owner = first.owner_id().to_string();
+        rw.read().unlock().await.expect("unlock, Redisson-style");
+        assert_eq!(rw.read().hold_count().await.expect("count"), 0);
+        let started = Instant::now();
+        let again = rw
+            .read()
+            .acquire_timeout(Duration::from_secs(5))
+            .await
+            .expect("a new read");
+        assert!(
+            started.elapsed() < Duration::from_millis(500),
+            "not held up by the released hold: {:?}",
+            started.elapsed()
+        );
+        assert_ne!(again.owner_id(), owner, "a new hold");
+        again.release().await.expect("release");
+        drop(first); // its hold was released already: nothing more
+    })
+    .await;
+    let w = rw.write().try_acquire().await.expect("try");
+    assert!(w.is_some(), "nothing left held");
+}
