@@ -487,3 +487,47 @@ async fn a_read_unlocked_by_its_context_frees_it_for_the_next_read_of_that_conte
     let w = rw.write().try_acquire().await.expect("try");
     assert!(w.is_some(), "nothing left held");
 }
+
+#[tokio::test]
+async fn shutdown_gives_back_every_read_and_write_hold() {
+    let server = support::server();
+    let c = client(&server);
+    let other = client(&server);
+    let rw = c.rw_lock("rw:shutdown").expect("name");
+    let alone = rw.read().acquire().await.expect("read");
+    let (outer, inner) = in_context(async {
+        let outer = rw.read().acquire().await.expect("read in a context");
+        let inner = rw.read().acquire().await.expect("its re-entry");
+        (outer, inner)
+    })
+    .await;
+    let elsewhere = c
+        .rw_lock("rw:shutdown-w")
+        .expect("name")
+        .write()
+        .acquire()
+        .await
+        .expect("write");
+    let report = c.shutdown(Duration::from_secs(5)).await;
+    assert!(report.is_complete(), "{report:?}");
+    assert_eq!(report.released, 3, "{report:?}");
+    for g in [&alone, &outer, &inner, &elsewhere] {
+        assert!(!g.is_held());
+    }
+    let mut conn = raw(&server).await;
+    // (the fencing counters and request latches stay for their retention)
+    let hashes: i64 = cmd(&mut conn, &["EXISTS", "rw:shutdown", "rw:shutdown-w"]).await;
+    assert_eq!(hashes, 0, "no hold left");
+    let left: Vec<String> = cmd(&mut conn, &["KEYS", "{rw:shutdown}:*"]).await;
+    assert!(left.is_empty(), "no reader's timeout key left: {left:?}");
+    // the other client gets the write side at once
+    let w = other
+        .rw_lock("rw:shutdown")
+        .expect("name")
+        .write()
+        .try_acquire()
+        .await
+        .expect("try");
+    assert!(w.is_some());
+    drop((alone, outer, inner, elsewhere));
+}
