@@ -51,7 +51,8 @@ static NEXT_READER: AtomicU64 = AtomicU64::new(1);
 ///   that Redisson ignores, renewed by the waiting writer, lapsing 2 s after
 ///   it stops), and writers of several clients take turns as for the lock.
 ///   A Redisson reader does not see the mark: a stream of Java readers can
-///   still keep a writer waiting.
+///   still keep a writer waiting. The preference goes to writers: under a
+///   stream of writers of several clients with no gap, new readers wait.
 /// - **Renewal touches only its own keys.** Redisson's watchdog renews every
 ///   reader's timeout key; ours renews only this client's own readers'.
 ///
