@@ -56,6 +56,20 @@ static NEXT_READER: AtomicU64 = AtomicU64::new(1);
 /// - **Renewal touches only its own keys.** Redisson's watchdog renews every
 ///   reader's timeout key; ours renews only this client's own readers'.
 ///
+/// Two things to know:
+///
+/// - Re-entry needs a scope, as for the lock: a read nested in a lock
+///   context or section re-enters its read; a second read taken by the
+///   same task outside any scope is a hold of its own, and while a writer
+///   waits it waits behind the writer — which waits for the first read
+///   (until a wait bound ends it). Take nested reads in a
+///   [`LockContext`](crate::LockContext), or through the attribute or the
+///   layer.
+/// - In a fleet shared with Java readers, keep this client's read leases
+///   (its watchdog timeout, or a fixed lease) at most Redisson's
+///   `lockWatchdogTimeout` (30 s by default): Redisson's watchdog sets every
+///   reader's timeout key to its own lease, shortening a longer one.
+///
 /// ```no_run
 /// # async fn demo(client: lock_core::LockClient) -> lock_core::Result<()> {
 /// let prices = client.rw_lock("prices")?;
@@ -215,8 +229,13 @@ impl Lock {
                 Ok(target)
             }
             LockMode::Read => {
+                // A section nested in the context's manual read re-enters
+                // it (as for the lock); otherwise a section's read is a
+                // hold of its own (re-entered by its nested sections).
                 let scope = match reentrancy.context {
-                    Some(id) if !section => ReaderScope::Context(id),
+                    Some(id) if !section || self.context_read(id).is_some() => {
+                        ReaderScope::Context(id)
+                    }
                     _ => ReaderScope::Alone(NEXT_READER.fetch_add(1, Ordering::Relaxed)),
                 };
                 let downgrade = self
@@ -228,6 +247,12 @@ impl Lock {
                 })
             }
         }
+    }
+
+    /// The manual read hold of the lock context `context`, if any.
+    fn context_read(&self, context: u64) -> Option<Arc<Hold>> {
+        let local = self.keys.reader_local(ReaderScope::Context(context));
+        self.client.inner.core.queues.context_hold(&local, context)
     }
 
     /// The valid hold of the side `side` of this read-write lock that the
@@ -246,7 +271,7 @@ impl Lock {
         }
         let context = reentrancy.context?;
         let local = match side {
-            LockMode::Read => keys.for_reader(ReaderScope::Context(context), None).local,
+            LockMode::Read => keys.reader_local(ReaderScope::Context(context)),
             _ => keys.local,
         };
         self.client.inner.core.queues.context_hold(&local, context)

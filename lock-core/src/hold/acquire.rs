@@ -502,7 +502,12 @@ impl Target {
                         }
                         Attempt::Held { pttl_ms } => {
                             waiting.began("redis");
-                            queues.held_elsewhere(&self.keys.local);
+                            // (a reader never joins the line of clients
+                            // waiting in Redis: its giving up must not
+                            // take its client's writer out of it)
+                            if self.keys.rule != Rule::Read {
+                                queues.held_elsewhere(&self.keys.local);
+                            }
                             pttl_ms
                         }
                         Attempt::Expired => {

@@ -16,6 +16,7 @@ use crate::error::{Error, Result};
 use crate::hold::shared::{duration_ms, Core};
 use crate::hold::Hold;
 use crate::metrics;
+use crate::options::LockMode;
 use crate::protocol::cancel::{CancelCall, CancelMode, CancelReply};
 use crate::protocol::handoff::{HandOffCall, HandOffReply};
 use crate::protocol::keys::LockKeys;
@@ -132,7 +133,10 @@ impl Core {
                         // the lock, instead of this client keeping it.
                         let others_wait =
                             told > usize::from(self.queues.is_subscribed(&keys.local));
-                        let step_back = others_wait.then(|| self.step_back_window());
+                        // (a reader's local queue is its own: nobody of this
+                        // client steps back on it, and it is not kept)
+                        let step_back = (others_wait && keys.rule != LockMode::Read)
+                            .then(|| self.step_back_window());
                         self.queues
                             .ended_stepping_back(&keys.local, &owner, step_back);
                         Ok(Released::Freed)

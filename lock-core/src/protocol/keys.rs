@@ -180,14 +180,18 @@ impl LockKeys {
         scope: ReaderScope,
         downgrade_from: Option<std::sync::Arc<str>>,
     ) -> Self {
-        let local = match scope {
-            ReaderScope::Context(id) => format!("{}\0c{id}", self.ident),
-            ReaderScope::Alone(n) => format!("{}\0#{n}", self.ident),
-        };
         LockKeys {
-            local,
+            local: self.reader_local(scope),
             downgrade_from,
             ..self.clone()
+        }
+    }
+
+    /// The local queue key of a read acquisition in `scope`.
+    pub(crate) fn reader_local(&self, scope: ReaderScope) -> String {
+        match scope {
+            ReaderScope::Context(id) => format!("{}\0c{id}", self.ident),
+            ReaderScope::Alone(n) => format!("{}\0#{n}", self.ident),
         }
     }
 

@@ -38,6 +38,11 @@ if ARGV[2] == 'new' then
 elseif count > 1 then
   redis.call('hincrby', KEYS[1], field, -1)
   if read then
+    -- the newest key goes; the count below keeps the longer lease of the two
+    local left = redis.call('pttl', timeout_key(count))
+    if left > redis.call('pttl', timeout_key(count - 1)) then
+      redis.call('pexpire', timeout_key(count - 1), left)
+    end
     redis.call('del', timeout_key(count))
   end
 end

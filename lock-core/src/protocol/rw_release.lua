@@ -15,7 +15,10 @@
 -- write release does; '0' too when a writer's release leaves its own
 -- downgraded reads (readers waiting behind the writer may come in).
 -- When the lock is freed and clients wait to write, the turn goes to the
--- one that has waited longest (not the releasing client), as release.lua.
+-- one that has waited longest (after a write, not the releasing client, as
+-- release.lua; after a read, whichever it is).
+-- Releasing one of several read counts keeps the longer lease of its
+-- timeout key on the key of the count below.
 -- Returns 1 + n when the lock was freed and its message reached n
 -- subscribed clients, 0 when counts of the hold remain, -1 when the hold
 -- ended but others still hold the lock, nil when the owner does not hold
@@ -35,11 +38,22 @@ if not count then
 end
 count = tonumber(count)
 local expected = tonumber(ARGV[6])
+-- A read count's timeout key goes with it; the count below keeps its
+-- lease when longer (the hold's deadline may rest on the newest re-entry's
+-- lease, and a read release elsewhere sets the hash's TTL from the keys).
+local function drop_newest_key(n)
+  local newest = timeout_key(ARGV[1], n)
+  local left = redis.call('pttl', newest)
+  if n > 1 and left > redis.call('pttl', timeout_key(ARGV[1], n - 1)) then
+    redis.call('pexpire', timeout_key(ARGV[1], n - 1), left)
+  end
+  redis.call('del', newest)
+end
 if expected > 1 then
   if count == expected then
     redis.call('hincrby', KEYS[1], field, -1)
     if read then
-      redis.call('del', timeout_key(ARGV[1], count))
+      drop_newest_key(count)
     end
   end
   if redis.call('pttl', KEYS[1]) < tonumber(ARGV[2]) then
@@ -111,7 +125,9 @@ end
 if told > 0 then
   local waiting = redis.call('zrange', KEYS[3], 0, 1)
   local next_client = waiting[1]
-  if next_client == ARGV[4] then
+  -- a writer's release passes its own client over (the others' turn); a
+  -- reader's does not: its client's writer may have waited longest
+  if next_client == ARGV[4] and not read then
     next_client = waiting[2]
   end
   if next_client then

@@ -531,3 +531,191 @@ async fn shutdown_gives_back_every_read_and_write_hold() {
     assert!(w.is_some());
     drop((alone, outer, inner, elsewhere));
 }
+
+/// A re-entry with a longer fixed lease moves the hold's deadline; its
+/// release must leave that lease on the read's remaining timeout key, or
+/// another reader's release (which sets the hash's TTL from every
+/// reader's keys) deletes the lock under a guard that is still valid.
+#[tokio::test]
+async fn an_inner_read_release_keeps_the_longer_lease_the_hold_relies_on() {
+    let server = support::server();
+    let (a, b, w) = (client(&server), client(&server), client(&server));
+    let lease = |ms| AcquireOptions::new().lease(Duration::from_millis(ms));
+    let rw_a = a.rw_lock("rw:inner-lease").expect("name");
+    in_context(async {
+        let outer = rw_a
+            .read()
+            .acquire_with(lease(1_500))
+            .await
+            .expect("outer, 1.5 s");
+        tokio::time::sleep(Duration::from_millis(700)).await;
+        // the re-entry's lease reaches 2.2 s from the start: the hold's deadline
+        let inner = rw_a
+            .read()
+            .acquire_with(lease(1_500))
+            .await
+            .expect("inner, 1.5 s");
+        inner.release().await.expect("inner release");
+        let theirs = b
+            .rw_lock("rw:inner-lease")
+            .expect("name")
+            .read()
+            .acquire()
+            .await
+            .expect("another reader");
+        // past the outer acquisition's own lease, within the re-entry's
+        tokio::time::sleep(Duration::from_millis(1_000)).await;
+        assert!(outer.is_held(), "the hold's deadline rests on the re-entry");
+        theirs
+            .release()
+            .await
+            .expect("their release recounts the TTL");
+        let writer = w
+            .rw_lock("rw:inner-lease")
+            .expect("name")
+            .write()
+            .try_acquire()
+            .await
+            .expect("try");
+        assert!(
+            writer.is_none() || !outer.is_held(),
+            "a writer got in while our read was valid"
+        );
+        drop(writer);
+        drop(outer);
+    })
+    .await;
+}
+
+/// A section's read nested in the context's manual read re-enters it,
+/// also while another client's writer waits (a fresh read would wait
+/// behind the writer, which waits for the outer read: a deadlock).
+#[tokio::test]
+async fn a_section_read_nested_in_a_manual_read_re_enters_it_while_a_writer_waits() {
+    let server = support::server();
+    let (a, b) = (client(&server), client(&server));
+    let rw = a.rw_lock("rw:nested-section").expect("name");
+    in_context(async {
+        let outer = rw.read().acquire().await.expect("manual read");
+        let writer = tokio::spawn({
+            let w = b.rw_lock("rw:nested-section").expect("name").write();
+            async move { w.acquire_timeout(Duration::from_secs(10)).await }
+        });
+        support::eventually(Duration::from_secs(2), || async {
+            let mut conn = raw(&server).await;
+            cmd::<i64, _>(
+                &mut conn,
+                &["EXISTS", "lockcore_writer:{rw:nested-section}"],
+            )
+            .await
+                == 1
+        })
+        .await
+        .expect("the writer waits, with its mark");
+        let started = Instant::now();
+        let nested = rw
+            .read()
+            .acquire_with(
+                AcquireOptions::new()
+                    .for_section()
+                    .wait(Duration::from_secs(2)),
+            )
+            .await
+            .expect("the section re-enters the manual read");
+        assert_eq!(nested.owner_id(), outer.owner_id());
+        assert!(started.elapsed() < Duration::from_millis(500));
+        nested.release().await.expect("inner");
+        outer.release().await.expect("outer");
+        within(Duration::from_secs(5), "writer", writer)
+            .await
+            .expect("join")
+            .expect("then the writer")
+            .release()
+            .await
+            .expect("release");
+    })
+    .await;
+}
+
+/// A reader that gives up does not take its client's waiting writer out
+/// of the line of clients waiting in Redis; a read release gives the turn
+/// to the longest-waiting writer, its own client's included.
+#[tokio::test]
+async fn a_readers_give_up_and_release_leave_its_clients_writer_its_place() {
+    let server = support::server();
+    let (a, b) = (client(&server), client(&server));
+    let rw_a = a.rw_lock("rw:place").expect("name");
+    let rw_b = b.rw_lock("rw:place").expect("name");
+    let held = rw_a.write().acquire().await.expect("a writes");
+    // b: a writer waits (takes b's place), then a reader of b gives up
+    let writer = tokio::spawn({
+        let w = rw_b.write();
+        async move { w.acquire_timeout(Duration::from_secs(10)).await }
+    });
+    let mut conn = raw(&server).await;
+    support::eventually(Duration::from_secs(2), || {
+        let mut conn = conn.clone();
+        async move {
+            cmd::<Vec<String>, _>(
+                &mut conn,
+                &["ZRANGE", "lockcore_waiters:{rw:place}", "0", "-1"],
+            )
+            .await
+            .len()
+                == 1
+        }
+    })
+    .await
+    .expect("b's writer in the line");
+    let place: Vec<String> = cmd(
+        &mut conn,
+        &["ZRANGE", "lockcore_waiters:{rw:place}", "0", "-1"],
+    )
+    .await;
+    let gave_up = rw_b
+        .read()
+        .acquire_timeout(Duration::from_millis(200))
+        .await;
+    assert!(gave_up.is_err(), "the reader timed out behind the writer");
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let still: Vec<String> = cmd(
+        &mut conn,
+        &["ZRANGE", "lockcore_waiters:{rw:place}", "0", "-1"],
+    )
+    .await;
+    assert_eq!(still, place, "b's writer keeps its place");
+    held.release().await.expect("release");
+    within(Duration::from_secs(5), "b's writer", writer)
+        .await
+        .expect("join")
+        .expect("b's writer")
+        .release()
+        .await
+        .expect("release");
+    // a read release of b while b's writer waited longest: the turn is b's
+    let reader = rw_b.read().acquire().await.expect("b reads");
+    let b_writer = tokio::spawn({
+        let w = rw_b.write();
+        async move { w.acquire_timeout(Duration::from_secs(10)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let a_writer = tokio::spawn({
+        let w = rw_a.write();
+        async move { w.acquire_timeout(Duration::from_secs(10)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    reader.release().await.expect("b's read release");
+    let first = within(Duration::from_secs(5), "b's writer", b_writer)
+        .await
+        .expect("join")
+        .expect("b's writer, which waited longest, goes first");
+    assert!(!a_writer.is_finished(), "a's writer after it");
+    first.release().await.expect("release");
+    within(Duration::from_secs(5), "a's writer", a_writer)
+        .await
+        .expect("join")
+        .expect("a's writer")
+        .release()
+        .await
+        .expect("release");
+}
