@@ -250,19 +250,40 @@ async fn a_read_reentry_cut_at_every_offset_keeps_counts_and_keys_equal_to_the_g
     assert!(entered > 0);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn read_and_write_releases_cut_at_every_offset_take_one_count_and_never_touch_another_hold() {
+/// Which release a cut hits.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Release {
+    /// One of two read counts: exactly one taken, with its timeout key.
+    InnerRead,
+    /// The last read count beside another client's reader: ours ends,
+    /// theirs stays.
+    LastRead,
+    /// The last write count: freed once; another client's writer right
+    /// after keeps the lock.
+    LastWrite,
+}
+
+/// `case` cut at every offset of the release command and its reply.
+async fn release_cut_everywhere(case: Release) {
     let r = rig().await;
-    let key = "rw-cut-release";
+    let key = match case {
+        Release::InnerRead => "rw-cut-release-inner",
+        Release::LastRead => "rw-cut-release-read",
+        Release::LastWrite => "rw-cut-release-write",
+    };
     let rw = r.client.rw_lock(key).expect("name");
     let theirs = r.other.rw_lock(key).expect("name");
+    let side = || match case {
+        Release::LastWrite => rw.write(),
+        _ => rw.read(),
+    };
     let matcher = || {
         CommandMatch::name("EVALSHA")
             .with_exact_arg(rw_release_sha())
             .with_exact_arg(key)
     };
     let (command_len, reply_len) = lengths(&r.proxy, matcher(), || async {
-        rw.read()
+        side()
             .acquire()
             .await
             .expect("g")
@@ -274,65 +295,79 @@ async fn read_and_write_releases_cut_at_every_offset_take_one_count_and_never_to
     let started = Instant::now();
     let mut errors = 0;
     for (label, fault) in faults(command_len, reply_len) {
-        // one of two read counts: exactly one taken, with its timeout key
-        in_context(async {
-            let outer = setup(&rw.read()).await;
-            let inner = setup(&rw.read()).await;
-            let cut = r.proxy.fault_next(matcher(), fault.clone());
-            let result = within(Duration::from_secs(5), &label, inner.release()).await;
-            assert!(
-                cut.wait_fired(Duration::from_secs(2)),
-                "{label}: the fault fired"
-            );
-            errors += usize::from(result.is_err());
-            settles(&r.conn, key, &reading(key, &[(&outer, 1)]), &label).await;
-            outer.release().await.expect("outer");
-        })
-        .await;
-        settles(&r.conn, key, &free(), &label).await;
-
-        // the last read count beside another client's reader: ours ends,
-        // theirs stays
-        let mine = setup(&rw.read()).await;
-        let other_reader = theirs.read().acquire().await.expect("their reader");
-        let cut = r.proxy.fault_next(matcher(), fault.clone());
-        let result = within(Duration::from_secs(5), &label, mine.release()).await;
-        assert!(
-            cut.wait_fired(Duration::from_secs(2)),
-            "{label}: the fault fired"
-        );
-        errors += usize::from(result.is_err());
-        settles(&r.conn, key, &reading(key, &[(&other_reader, 1)]), &label).await;
-        other_reader.release().await.expect("theirs");
-        settles(&r.conn, key, &free(), &label).await;
-
-        // the last write count: freed once; another client's writer right
-        // after keeps the lock
-        let w = setup(&rw.write()).await;
-        let cut = r.proxy.fault_next(matcher(), fault);
-        let result = within(Duration::from_secs(5), &label, w.release()).await;
-        assert!(
-            cut.wait_fired(Duration::from_secs(2)),
-            "{label}: the fault fired"
-        );
-        errors += usize::from(result.is_err());
-        let their_write = within(
-            Duration::from_secs(5),
-            &label,
-            theirs.write().acquire_timeout(Duration::from_secs(4)),
-        )
-        .await
-        .expect("the other client's writer gets the lock");
-        tokio::time::sleep(Duration::from_millis(5)).await;
-        assert_eq!(state(&r.conn, key).await, writing(&their_write), "{label}");
-        their_write.release().await.expect("theirs");
+        match case {
+            Release::InnerRead => {
+                in_context(async {
+                    let outer = setup(&rw.read()).await;
+                    let inner = setup(&rw.read()).await;
+                    let cut = r.proxy.fault_next(matcher(), fault);
+                    let result = within(Duration::from_secs(5), &label, inner.release()).await;
+                    assert!(
+                        cut.wait_fired(Duration::from_secs(2)),
+                        "{label}: the fault fired"
+                    );
+                    errors += usize::from(result.is_err());
+                    settles(&r.conn, key, &reading(key, &[(&outer, 1)]), &label).await;
+                    outer.release().await.expect("outer");
+                })
+                .await;
+            }
+            Release::LastRead => {
+                let mine = setup(&rw.read()).await;
+                let other_reader = theirs.read().acquire().await.expect("their reader");
+                let cut = r.proxy.fault_next(matcher(), fault);
+                let result = within(Duration::from_secs(5), &label, mine.release()).await;
+                assert!(
+                    cut.wait_fired(Duration::from_secs(2)),
+                    "{label}: the fault fired"
+                );
+                errors += usize::from(result.is_err());
+                settles(&r.conn, key, &reading(key, &[(&other_reader, 1)]), &label).await;
+                other_reader.release().await.expect("theirs");
+            }
+            Release::LastWrite => {
+                let w = setup(&rw.write()).await;
+                let cut = r.proxy.fault_next(matcher(), fault);
+                let result = within(Duration::from_secs(5), &label, w.release()).await;
+                assert!(
+                    cut.wait_fired(Duration::from_secs(2)),
+                    "{label}: the fault fired"
+                );
+                errors += usize::from(result.is_err());
+                let their_write = within(
+                    Duration::from_secs(5),
+                    &label,
+                    theirs.write().acquire_timeout(Duration::from_secs(4)),
+                )
+                .await
+                .expect("the other client's writer gets the lock");
+                tokio::time::sleep(Duration::from_millis(5)).await;
+                assert_eq!(state(&r.conn, key).await, writing(&their_write), "{label}");
+                their_write.release().await.expect("theirs");
+            }
+        }
         settles(&r.conn, key, &free(), &label).await;
     }
     eprintln!(
-        "rw release: {} offsets x 3 (command {command_len} B, reply {reply_len} B, FIN+RST): {errors} releases reported an error; every count and timeout key taken exactly once, the other client's holds untouched; {:?}",
+        "rw release ({case:?}): {} offsets (command {command_len} B, reply {reply_len} B, FIN+RST): {errors} releases reported an error; every count and timeout key taken exactly once, the other client's holds untouched; {:?}",
         2 * (command_len + reply_len + 2),
         started.elapsed()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_of_two_read_counts_cut_at_every_offset_is_taken_once() {
+    release_cut_everywhere(Release::InnerRead).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_read_cut_at_every_offset_ends_and_leaves_another_reader_alone() {
+    release_cut_everywhere(Release::LastRead).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_last_write_cut_at_every_offset_frees_once_for_another_writer() {
+    release_cut_everywhere(Release::LastWrite).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
