@@ -39,8 +39,8 @@ fn child_process() {
     runtime.block_on(async {
         match role.as_str() {
             "increment" => child_increment().await,
-            "hold" => child_hold().await,
-            "hold-read" => child_hold_read().await,
+            "hold" => child_hold(false).await,
+            "hold-read" => child_hold(true).await,
             other => panic!("unknown role {other}"),
         }
     });
@@ -88,35 +88,21 @@ async fn child_increment() {
     }
 }
 
-/// Acquire, say so on stdout, then hold (renewed by the watchdog) until killed.
-async fn child_hold() {
+/// Acquire the lock (or, `read`, the read side of the read-write lock) of
+/// that name, say so on stdout with the owner id, then hold (renewed by
+/// the watchdog) until killed.
+async fn child_hold(read: bool) {
     let watchdog: u64 = env_var(WATCHDOG_MS).parse().unwrap_or(1000);
     let client = LockClient::builder(env_var(URL))
         .watchdog_timeout(Duration::from_millis(watchdog))
         .build()
         .unwrap_or_else(|e| panic!("{e}"));
-    let guard = client
-        .lock(env_var(NAME))
+    let lock = match read {
+        true => client.rw_lock(env_var(NAME)).map(|rw| rw.read()),
+        false => client.lock(env_var(NAME)),
+    };
+    let guard = lock
         .unwrap_or_else(|e| panic!("{e}"))
-        .acquire()
-        .await
-        .unwrap_or_else(|e| panic!("{e}"));
-    println!("HELD {}", guard.fencing_token());
-    tokio::time::sleep(Duration::from_secs(60)).await;
-    drop(guard);
-}
-
-/// Take the read side of a read-write lock, say so, hold until killed.
-async fn child_hold_read() {
-    let watchdog: u64 = env_var(WATCHDOG_MS).parse().unwrap_or(1000);
-    let client = LockClient::builder(env_var(URL))
-        .watchdog_timeout(Duration::from_millis(watchdog))
-        .build()
-        .unwrap_or_else(|e| panic!("{e}"));
-    let guard = client
-        .rw_lock(env_var(NAME))
-        .unwrap_or_else(|e| panic!("{e}"))
-        .read()
         .acquire()
         .await
         .unwrap_or_else(|e| panic!("{e}"));
