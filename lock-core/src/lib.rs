@@ -167,6 +167,24 @@
 //! # Ok(()) }
 //! ```
 //!
+//! In an axum service, lock-tower's layer takes the side per request and
+//! the handler sees which one it holds:
+//!
+//! ```rust,ignore
+//! use lock_core::LockMode;
+//! use lock_tower::{Held, LockLayer, PathSegment};
+//!
+//! let app = Router::new()
+//!     .route("/prices/{sku}", get(price).put(set_price))
+//!     // GET, HEAD, OPTIONS read; every other method writes
+//!     .route_layer(LockLayer::read_write(client, PathSegment::after("prices").prefix("price:")));
+//!
+//! async fn price(Held(lock): Held) -> String {
+//!     assert_eq!(lock.mode(), LockMode::Read); // with every other GET of this sku
+//!     load_price().await
+//! }
+//! ```
+//!
 //! | Redisson `RReadWriteLock`     | lock-core                                   |
 //! |-------------------------------|---------------------------------------------|
 //! | `getReadWriteLock(name)`      | `client.rw_lock(name)?`                     |
