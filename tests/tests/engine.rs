@@ -7,7 +7,8 @@
 //! `redisson_rwlock`, Redisson's read-write lock protocol spoken by the
 //! reference client the read-write lock's interop suites use; `rwlock`,
 //! the read-write lock itself, and `rwlock_interop`, it and Redisson's
-//! protocol on the same names.
+//! protocol on the same names; `redisson_semaphore`, Redisson's semaphore
+//! and latch protocols spoken by reference clients (groundwork).
 
 mod support;
 
@@ -21,6 +22,7 @@ mod engine {
     mod lock_core;
     mod memory_backend;
     mod redisson_rwlock;
+    mod redisson_semaphore;
     mod rwlock;
     mod rwlock_interop;
 }

@@ -8,6 +8,7 @@
 pub mod cut;
 pub mod layer;
 pub mod redisson_rw;
+pub mod redisson_sem;
 
 use std::collections::HashMap;
 use std::future::Future;
