@@ -19,7 +19,7 @@ use crate::hold::Hold;
 use crate::inspect::LockStatus;
 use crate::lock::Lock;
 use crate::options::LockMode;
-use crate::protocol::keys::{LockKeys, ReaderScope};
+use crate::protocol::keys::{ident_of, reader_local_of, LockKeys, ReaderScope};
 
 /// Numbers the local queues of read acquisitions made outside a lock
 /// context (each has its own: readers never queue behind each other).
@@ -259,20 +259,20 @@ impl Lock {
     /// scope has: its innermost section of that side, else its lock
     /// context's manual hold.
     fn scope_hold(&self, side: LockMode, reentrancy: &Reentrancy) -> Option<Arc<Hold>> {
-        let ctx = crate::LockContext::current();
+        // No lock context: no scope to look in (and nothing built).
+        let ctx = crate::LockContext::current()?;
         let client_id = &self.client.inner.core.client_id;
-        let keys = LockKeys::with_rule("", &self.keys.lock, usize::MAX, side).ok()?;
+        let ident = ident_of(&self.keys.lock, side);
         if let Some(hold) = ctx
-            .as_ref()
-            .and_then(|ctx| ctx.section_hold(client_id, &keys.ident))
+            .section_hold(client_id, &ident)
             .filter(|hold| hold.is_valid() && hold.counts() > 0)
         {
             return Some(hold);
         }
         let context = reentrancy.context?;
         let local = match side {
-            LockMode::Read => keys.reader_local(ReaderScope::Context(context)),
-            _ => keys.local,
+            LockMode::Read => reader_local_of(&ident, ReaderScope::Context(context)),
+            _ => ident,
         };
         self.client.inner.core.queues.context_hold(&local, context)
     }

@@ -141,11 +141,7 @@ impl LockKeys {
     pub(crate) fn with_rule(prefix: &str, name: &str, max_len: usize, rule: Rule) -> Result<Self> {
         validate_name(prefix, name, max_len)?;
         let lock = format!("{prefix}{name}");
-        let ident = match rule {
-            Rule::Exclusive => lock.clone(),
-            Rule::Read => format!("{lock}\0read"),
-            Rule::Write => format!("{lock}\0write"),
-        };
+        let ident = ident_of(&lock, rule);
         let channel = match rule {
             Rule::Exclusive => prefixed(CHANNEL_KIND, &lock),
             Rule::Read | Rule::Write => prefixed(RW_CHANNEL_KIND, &lock),
@@ -189,10 +185,7 @@ impl LockKeys {
 
     /// The local queue key of a read acquisition in `scope`.
     pub(crate) fn reader_local(&self, scope: ReaderScope) -> String {
-        match scope {
-            ReaderScope::Context(id) => format!("{}\0c{id}", self.ident),
-            ReaderScope::Alone(n) => format!("{}\0#{n}", self.ident),
-        }
+        reader_local_of(&self.ident, scope)
     }
 
     /// The hash field of the hold `owner`: the owner id, or for a writer
@@ -217,6 +210,25 @@ impl LockKeys {
     /// The latch key that remembers the result of one release request.
     pub(crate) fn latch(&self, request_id: &str) -> String {
         format!("{}{request_id}", self.latch_prefix)
+    }
+}
+
+/// What local bookkeeping calls the side `rule` of the lock key `lock`
+/// (see [`LockKeys::ident`]).
+pub(crate) fn ident_of(lock: &str, rule: Rule) -> String {
+    match rule {
+        Rule::Exclusive => lock.to_string(),
+        Rule::Read => format!("{lock}\0read"),
+        Rule::Write => format!("{lock}\0write"),
+    }
+}
+
+/// The local queue key of a read acquisition in `scope`, for the read
+/// side called `ident`.
+pub(crate) fn reader_local_of(ident: &str, scope: ReaderScope) -> String {
+    match scope {
+        ReaderScope::Context(id) => format!("{ident}\0c{id}"),
+        ReaderScope::Alone(n) => format!("{ident}\0#{n}"),
     }
 }
 

@@ -10,7 +10,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::support::cut::{faults, lengths};
+use crate::support::cut::{faults, lengths, setup_acquire};
 use crate::support::{self, acquire_sha, cmd, raw, release_sha, renew_sha, within};
 use lock_core::{in_context, LockClient, LockGuard};
 use lock_tests::{CommandMatch, FaultProxy, RedisServer};
@@ -61,20 +61,6 @@ async fn settles(conn: &redis::aio::MultiplexedConnection, key: &str, want: &Has
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
-}
-
-/// Acquires for a test's set-up (not the step under test): a connection
-/// cut by the previous step may fail the next call once (see the issue on
-/// failures), so this retries a few times.
-async fn setup_acquire(lock: &lock_core::Lock) -> LockGuard {
-    for _ in 0..5 {
-        match lock.acquire_timeout(Duration::from_secs(3)).await {
-            Ok(g) => return g,
-            Err(e) if e.is_redis() => tokio::time::sleep(Duration::from_millis(10)).await,
-            Err(e) => panic!("set-up acquire: {e:?}"),
-        }
-    }
-    panic!("set-up acquire kept failing")
 }
 
 fn one(guard: &LockGuard, count: u32) -> Hash {

@@ -13,7 +13,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use crate::support::cut::{faults, lengths};
+use crate::support::cut::{faults, lengths, setup_acquire};
 use crate::support::{self, cmd, raw, rw_acquire_sha, rw_cancel_sha, rw_release_sha, within};
 use lock_core::{in_context, LockClient, LockGuard};
 use lock_tests::{CommandMatch, CutKind, Fault, FaultProxy};
@@ -105,19 +105,6 @@ fn writing(g: &LockGuard) -> (Hash, Vec<String>) {
         ]),
         Vec::new(),
     )
-}
-
-/// Acquires for a test's set-up (not the step under test): a connection
-/// cut by the previous step may fail the next call once, so this retries.
-async fn setup(lock: &lock_core::Lock) -> LockGuard {
-    for _ in 0..5 {
-        match lock.acquire_timeout(Duration::from_secs(3)).await {
-            Ok(g) => return g,
-            Err(e) if e.is_redis() => tokio::time::sleep(Duration::from_millis(10)).await,
-            Err(e) => panic!("set-up acquire: {e:?}"),
-        }
-    }
-    panic!("set-up acquire kept failing")
 }
 
 fn acquire_matcher(mode: &str, key: &str) -> CommandMatch {
@@ -221,7 +208,7 @@ async fn a_read_reentry_cut_at_every_offset_keeps_counts_and_keys_equal_to_the_g
     let (mut entered, mut failed) = (0, 0);
     for (label, fault) in faults(command_len, reply_len) {
         in_context(async {
-            let outer = setup(&lock).await;
+            let outer = setup_acquire(&lock).await;
             let cut = r.proxy.fault_next(matcher(), fault);
             let inner = within(Duration::from_secs(5), &label, lock.acquire()).await;
             assert!(
@@ -298,8 +285,8 @@ async fn release_cut_everywhere(case: Release) {
         match case {
             Release::InnerRead => {
                 in_context(async {
-                    let outer = setup(&rw.read()).await;
-                    let inner = setup(&rw.read()).await;
+                    let outer = setup_acquire(&rw.read()).await;
+                    let inner = setup_acquire(&rw.read()).await;
                     let cut = r.proxy.fault_next(matcher(), fault);
                     let result = within(Duration::from_secs(5), &label, inner.release()).await;
                     assert!(
@@ -313,7 +300,7 @@ async fn release_cut_everywhere(case: Release) {
                 .await;
             }
             Release::LastRead => {
-                let mine = setup(&rw.read()).await;
+                let mine = setup_acquire(&rw.read()).await;
                 let other_reader = theirs.read().acquire().await.expect("their reader");
                 let cut = r.proxy.fault_next(matcher(), fault);
                 let result = within(Duration::from_secs(5), &label, mine.release()).await;
@@ -326,7 +313,7 @@ async fn release_cut_everywhere(case: Release) {
                 other_reader.release().await.expect("theirs");
             }
             Release::LastWrite => {
-                let w = setup(&rw.write()).await;
+                let w = setup_acquire(&rw.write()).await;
                 let cut = r.proxy.fault_next(matcher(), fault);
                 let result = within(Duration::from_secs(5), &label, w.release()).await;
                 assert!(

@@ -1,5 +1,6 @@
 //! What the cut-at-every-byte suites share: every fault offset of a
-//! command and its reply, and the lengths of a command and its reply.
+//! command and its reply, the lengths of a command and its reply, and a
+//! set-up acquisition that rides out the previous step's cut.
 
 use std::time::Duration;
 
@@ -45,4 +46,18 @@ where
         seen.command_len().expect("command length"),
         seen.reply_len().expect("reply length"),
     )
+}
+
+/// Acquires for a test's set-up (not the step under test): a connection
+/// cut by the previous step may fail the next call once, so this retries a
+/// few times.
+pub async fn setup_acquire(lock: &lock_core::Lock) -> lock_core::LockGuard {
+    for _ in 0..5 {
+        match lock.acquire_timeout(Duration::from_secs(3)).await {
+            Ok(g) => return g,
+            Err(e) if e.is_redis() => tokio::time::sleep(Duration::from_millis(10)).await,
+            Err(e) => panic!("set-up acquire: {e:?}"),
+        }
+    }
+    panic!("set-up acquire kept failing")
 }
