@@ -105,7 +105,7 @@ impl LockGuard {
     /// # Ok(()) }
     /// ```
     pub fn mode(&self) -> LockMode {
-        self.keys().rule
+        self.keys().rule.mode()
     }
 
     /// The keys of the lock this guard holds.

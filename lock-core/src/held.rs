@@ -81,7 +81,7 @@ impl HeldLock {
     /// # Ok(()) }
     /// ```
     pub fn mode(&self) -> LockMode {
-        self.keys.rule
+        self.keys.rule.mode()
     }
 
     /// The lock's name (without the client's key prefix).

@@ -478,6 +478,7 @@ mod guard;
 mod held;
 mod hold;
 mod inspect;
+mod latch;
 mod lock;
 #[cfg(feature = "memory")]
 mod memory;
@@ -487,6 +488,7 @@ mod metrics;
 mod options;
 mod protocol;
 mod rw_lock;
+mod semaphore;
 mod shutdown;
 mod transport;
 
@@ -504,11 +506,13 @@ pub use error::{Error, Result};
 pub use guard::LockGuard;
 pub use held::HeldLock;
 pub use inspect::{LockOwner, LockStatus};
+pub use latch::CountDownLatch;
 pub use lock::Lock;
 #[cfg(feature = "memory")]
 pub use memory_server::MemoryServer;
 pub use options::{AcquireOptions, LockMode};
 pub use rw_lock::RwLock;
+pub use semaphore::{HeldPermit, PermitSemaphore, Permits, Semaphore, SemaphoreStatus};
 pub use shutdown::ShutdownReport;
 /// The token type of [`HeldLock::cancellation_token`] (tokio-util's).
 pub use tokio_util::sync::CancellationToken;

@@ -84,7 +84,7 @@ impl Lock {
     /// # Ok(()) }
     /// ```
     pub fn mode(&self) -> LockMode {
-        self.keys.rule
+        self.keys.rule.mode()
     }
 
     /// The Redis key of the lock (key prefix + name).

@@ -110,9 +110,14 @@ impl LockClient {
     /// ```
     pub fn rw_lock(&self, name: impl AsRef<str>) -> Result<RwLock> {
         let config = &self.inner.core.config;
-        let side = |rule| {
-            LockKeys::with_rule(&config.key_prefix, name.as_ref(), config.max_name_len, rule)
-                .map(Arc::new)
+        let side = |rule: LockMode| {
+            LockKeys::with_rule(
+                &config.key_prefix,
+                name.as_ref(),
+                config.max_name_len,
+                rule.into(),
+            )
+            .map(Arc::new)
         };
         Ok(RwLock {
             client: self.clone(),
@@ -216,7 +221,7 @@ impl Lock {
     /// downgrade. For a writer, the upgrade check.
     pub(crate) fn scoped_target(&self, reentrancy: &Reentrancy, section: bool) -> Result<Target> {
         let target = self.target();
-        match self.keys.rule {
+        match self.keys.rule.mode() {
             LockMode::Exclusive => Ok(target),
             LockMode::Write => {
                 if target.reentrant_hold(reentrancy).is_none()
@@ -262,7 +267,7 @@ impl Lock {
         // No lock context: no scope to look in (and nothing built).
         let ctx = crate::LockContext::current()?;
         let client_id = &self.client.inner.core.client_id;
-        let ident = ident_of(&self.keys.lock, side);
+        let ident = ident_of(&self.keys.lock, side.into());
         if let Some(hold) = ctx
             .section_hold(client_id, &ident)
             .filter(|hold| hold.is_valid() && hold.counts() > 0)

@@ -8,7 +8,8 @@
 //! reference client the read-write lock's interop suites use; `rwlock`,
 //! the read-write lock itself, and `rwlock_interop`, it and Redisson's
 //! protocol on the same names; `redisson_semaphore`, Redisson's semaphore
-//! and latch protocols spoken by reference clients (groundwork).
+//! and latch protocols spoken by reference clients; `semaphore`, the
+//! semaphores and the count-down latch themselves.
 
 mod support;
 
@@ -25,4 +26,5 @@ mod engine {
     mod redisson_semaphore;
     mod rwlock;
     mod rwlock_interop;
+    mod semaphore;
 }

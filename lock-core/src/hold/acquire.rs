@@ -583,7 +583,7 @@ impl Target {
     /// every message wakes every waiter (readers proceed together).
     fn subscribe(&self) -> Subscription {
         match self.keys.rule {
-            Rule::Exclusive => self.engine.pubsub.subscribe(&self.keys.channel),
+            Rule::Exclusive | Rule::Permits => self.engine.pubsub.subscribe(&self.keys.channel),
             Rule::Read | Rule::Write => self.engine.pubsub.subscribe_shared(&self.keys.channel),
         }
     }

@@ -39,6 +39,8 @@ pub(crate) mod count;
 pub(crate) mod engine;
 pub(crate) mod eviction;
 pub(crate) mod ids;
+pub(crate) mod permit_registry;
+pub(crate) mod permits;
 pub(crate) mod queue;
 pub(crate) mod release;
 pub(crate) mod replicas;

@@ -16,10 +16,9 @@ use crate::error::{Error, Result};
 use crate::hold::shared::{duration_ms, Core};
 use crate::hold::Hold;
 use crate::metrics;
-use crate::options::LockMode;
 use crate::protocol::cancel::{CancelCall, CancelMode, CancelReply};
 use crate::protocol::handoff::{HandOffCall, HandOffReply};
-use crate::protocol::keys::LockKeys;
+use crate::protocol::keys::{LockKeys, Rule};
 use crate::protocol::release::{ReleaseCall, ReleaseReply};
 use crate::protocol::Script;
 
@@ -39,7 +38,7 @@ impl Core {
     /// How long a cancelled acquisition's latch refuses a late copy of it:
     /// a request held up in the network may arrive long after it was given
     /// up, so at least twice the longest lease it could have asked for.
-    fn cancel_latch_ms(&self, lease_ms: u64) -> u64 {
+    pub(crate) fn cancel_latch_ms(&self, lease_ms: u64) -> u64 {
         self.latch_ms()
             .max(lease_ms.saturating_mul(2))
             .max(duration_ms(self.config.watchdog_timeout) * 2)
@@ -135,7 +134,7 @@ impl Core {
                             told > usize::from(self.queues.is_subscribed(&keys.local));
                         // (a reader's local queue is its own: nobody of this
                         // client steps back on it, and it is not kept)
-                        let step_back = (others_wait && keys.rule != LockMode::Read)
+                        let step_back = (others_wait && keys.rule != Rule::Read)
                             .then(|| self.step_back_window());
                         self.queues
                             .ended_stepping_back(&keys.local, &owner, step_back);
@@ -399,7 +398,7 @@ impl Core {
     /// Runs a release-type script, retrying transient failures with the
     /// same request (each script makes a repeated request harmless: the
     /// count it names, its latch, or the owner id that is gone).
-    async fn run_with_retries(
+    pub(crate) async fn run_with_retries(
         &self,
         keys: &LockKeys,
         script: &Script,

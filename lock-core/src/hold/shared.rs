@@ -15,6 +15,7 @@ use tokio_util::task::TaskTracker;
 
 use crate::config::{ClientConfig, ErrorHook};
 use crate::error::{Error, Result};
+use crate::hold::permit_registry::PermitRegistry;
 use crate::hold::queue::LocalQueues;
 use crate::protocol::keys::LockKeys;
 use crate::protocol::{Script, Scripts};
@@ -43,6 +44,8 @@ pub(crate) struct Core {
     pub(crate) scripts: Scripts,
     /// Waiters of this client, per lock, and its current holdings.
     pub(crate) queues: LocalQueues,
+    /// The semaphore permits this client holds.
+    pub(crate) permits: PermitRegistry,
     /// Moving average of the acquire round trip, in microseconds.
     rtt_us: AtomicU64,
     /// State of the random draw in `race_jitter`.
@@ -98,6 +101,7 @@ impl Core {
             pool,
             scripts: Scripts::new(),
             queues: LocalQueues::default(),
+            permits: PermitRegistry::default(),
             rtt_us: AtomicU64::new(1000),
             jitter_state: AtomicU64::new(super::ids::random_u128() as u64),
             request_id_prefix: super::ids::uuid_v4().simple().to_string(),

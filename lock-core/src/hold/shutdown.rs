@@ -73,6 +73,7 @@ impl Engine {
 /// given up yet, by `deadline`; adds to `report`. False when the deadline
 /// cut it short.
 async fn release_holds(core: &Arc<Core>, deadline: Instant, report: &mut Tally) -> bool {
+    let permits = release_permits(core, deadline, report);
     let holds: Vec<_> = core
         .queues
         .holdings()
@@ -112,7 +113,15 @@ async fn release_holds(core: &Arc<Core>, deadline: Instant, report: &mut Tally) 
         }
         .instrument(span)
     });
-    match tokio::time::timeout_at(deadline, join_all(releases)).await {
+    let (permits_in_time, locks) = futures_util::future::join(
+        permits,
+        tokio::time::timeout_at(deadline, join_all(releases)),
+    )
+    .await;
+    if !permits_in_time {
+        return false;
+    }
+    match locks {
         Ok(outcomes) => {
             for outcome in outcomes {
                 match outcome {
@@ -125,6 +134,43 @@ async fn release_holds(core: &Arc<Core>, deadline: Instant, report: &mut Tally) 
         }
         Err(_) => {
             report.failed += holds.len();
+            false
+        }
+    }
+}
+
+/// Gives up and gives back every semaphore permit the client holds now, by
+/// `deadline`; adds to `report` (each acquisition's permits count as one
+/// hold). False when the deadline cut it short.
+async fn release_permits(core: &Arc<Core>, deadline: Instant, report: &mut Tally) -> bool {
+    let records = core.permits.take_all();
+    for record in &records {
+        record.hold.give_up();
+    }
+    let releases = records.iter().map(|record| async move {
+        let outcome = core.release_permits(record).await;
+        if let Err(e) = &outcome {
+            tracing::warn!(
+                semaphore = %record.keys.name,
+                error = %e,
+                "giving permits back at shutdown failed; leased permits expire with their lease"
+            );
+        }
+        outcome
+    });
+    match tokio::time::timeout_at(deadline, join_all(releases)).await {
+        Ok(outcomes) => {
+            for outcome in outcomes {
+                match outcome {
+                    Ok(true) => report.released += 1,
+                    Ok(false) => report.not_held += 1,
+                    Err(_) => report.failed += 1,
+                }
+            }
+            true
+        }
+        Err(_) => {
+            report.failed += records.len();
             false
         }
     }

@@ -21,11 +21,45 @@ const RW_CHANNEL_KIND: &str = "redisson_rwlock";
 /// lock-core wait behind it; Redisson ignores it).
 const WRITER_KIND: &str = "lockcore_writer";
 
-/// The grant rule of a lock handle (its public name: [`LockMode`]):
-/// which script family it speaks and which field of the hash is its hold.
-pub(crate) use crate::options::LockMode as Rule;
+/// The grant rule of a handle: which script family it speaks and which
+/// field of the hash is its hold. The lock's three are public as
+/// [`LockMode`](crate::LockMode); `Permits` is the expirable semaphore's
+/// permits, whose hold is a set of ids in a sorted set (only the watchdog's
+/// renewal and the logs meet it: it never runs a lock script).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Rule {
+    /// Redisson's `RLock`.
+    Exclusive,
+    /// The read side of `RReadWriteLock`.
+    Read,
+    /// The write side of `RReadWriteLock`.
+    Write,
+    /// Permits of `RPermitExpirableSemaphore`.
+    Permits,
+}
+
+impl From<crate::options::LockMode> for Rule {
+    fn from(mode: crate::options::LockMode) -> Self {
+        use crate::options::LockMode;
+        match mode {
+            LockMode::Exclusive => Rule::Exclusive,
+            LockMode::Read => Rule::Read,
+            LockMode::Write => Rule::Write,
+        }
+    }
+}
 
 impl Rule {
+    /// The lock mode of a lock handle's rule (`Permits` is no lock's).
+    pub(crate) fn mode(self) -> crate::options::LockMode {
+        use crate::options::LockMode;
+        match self {
+            Rule::Exclusive | Rule::Permits => LockMode::Exclusive,
+            Rule::Read => LockMode::Read,
+            Rule::Write => LockMode::Write,
+        }
+    }
+
     /// Whether a released hold may go straight to a local waiter
     /// (`handoff.lua` moves the lock's single field; a read-write lock's
     /// hash has several).
@@ -37,7 +71,7 @@ impl Rule {
     pub(crate) fn side(self) -> &'static str {
         match self {
             Rule::Read => "read",
-            Rule::Exclusive | Rule::Write => "write",
+            Rule::Exclusive | Rule::Write | Rule::Permits => "write",
         }
     }
 }
@@ -50,7 +84,7 @@ impl Rule {
 /// Both forms share the key's Cluster slot only for the keys that
 /// [`validate_name`] lets through: a key with a hash tag (`<kind>:` adds
 /// no brace, so the tag stays the first one), or a key without braces.
-fn prefixed(kind: &str, key: &str) -> String {
+pub(super) fn prefixed(kind: &str, key: &str) -> String {
     if key.contains('{') {
         format!("{kind}:{key}")
     } else {
@@ -80,6 +114,11 @@ fn is_helper_name(key: &str) -> bool {
         TURN_KIND,
         RW_CHANNEL_KIND,
         WRITER_KIND,
+        super::sem_keys::SEM_CHANNEL_KIND,
+        super::sem_keys::LINE_KIND,
+        super::sem_keys::ALIVE_KIND,
+        super::sem_keys::SEM_REQUEST_KIND,
+        super::sem_keys::LATCH_REQUEST_KIND,
     ]
     .iter()
     .any(|kind| {
@@ -137,13 +176,33 @@ impl LockKeys {
         Self::with_rule(prefix, name, max_len, Rule::Exclusive)
     }
 
+    /// The keys a permit hold of an expirable semaphore carries for the
+    /// watchdog and the logs: `lock` is the sorted set of permit ids.
+    pub(crate) fn for_permits(name: &str, timeout: &str, channel: &str) -> Self {
+        LockKeys {
+            name: name.to_string(),
+            lock: timeout.to_string(),
+            channel: channel.to_string(),
+            token: String::new(),
+            latch_prefix: String::new(),
+            queue: String::new(),
+            turn: String::new(),
+            rule: Rule::Permits,
+            ident: ident_of(timeout, Rule::Permits),
+            local: ident_of(timeout, Rule::Permits),
+            rw_prefix: String::new(),
+            writer: String::new(),
+            downgrade_from: None,
+        }
+    }
+
     /// Checks `name` and derives every key of the side `rule` of a lock.
     pub(crate) fn with_rule(prefix: &str, name: &str, max_len: usize, rule: Rule) -> Result<Self> {
         validate_name(prefix, name, max_len)?;
         let lock = format!("{prefix}{name}");
         let ident = ident_of(&lock, rule);
         let channel = match rule {
-            Rule::Exclusive => prefixed(CHANNEL_KIND, &lock),
+            Rule::Exclusive | Rule::Permits => prefixed(CHANNEL_KIND, &lock),
             Rule::Read | Rule::Write => prefixed(RW_CHANNEL_KIND, &lock),
         };
         let rw_prefix = if lock.contains('{') {
@@ -193,7 +252,7 @@ impl LockKeys {
     pub(crate) fn field<'a>(&self, owner: &'a str) -> std::borrow::Cow<'a, str> {
         match self.rule {
             Rule::Write => std::borrow::Cow::Owned(format!("{owner}:write")),
-            Rule::Exclusive | Rule::Read => std::borrow::Cow::Borrowed(owner),
+            Rule::Exclusive | Rule::Read | Rule::Permits => std::borrow::Cow::Borrowed(owner),
         }
     }
 
@@ -203,6 +262,8 @@ impl LockKeys {
     pub(crate) fn renewal_arg<'a>(&self, owner: &'a str) -> std::borrow::Cow<'a, str> {
         match self.rule {
             Rule::Read => std::borrow::Cow::Owned(format!("{owner}\0{}", self.rw_prefix)),
+            // the permit ids, comma-separated, after a NUL
+            Rule::Permits => std::borrow::Cow::Owned(format!("\0{owner}")),
             Rule::Exclusive | Rule::Write => self.field(owner),
         }
     }
@@ -218,6 +279,7 @@ impl LockKeys {
 pub(crate) fn ident_of(lock: &str, rule: Rule) -> String {
     match rule {
         Rule::Exclusive => lock.to_string(),
+        Rule::Permits => format!("{lock}\0permits"),
         Rule::Read => format!("{lock}\0read"),
         Rule::Write => format!("{lock}\0write"),
     }
@@ -241,7 +303,7 @@ pub(crate) enum ReaderScope {
     Alone(u64),
 }
 
-fn validate_name(prefix: &str, name: &str, max_len: usize) -> Result<()> {
+pub(super) fn validate_name(prefix: &str, name: &str, max_len: usize) -> Result<()> {
     if name.is_empty() {
         return Err(Error::InvalidName {
             reason: "name is empty".into(),

@@ -18,6 +18,8 @@ pub(crate) mod keys;
 pub(crate) mod release;
 pub(crate) mod renew;
 mod script;
+pub(crate) mod sem_keys;
+pub(crate) mod semaphore;
 #[cfg(test)]
 mod test_support;
 
@@ -77,6 +79,14 @@ pub(crate) struct Scripts {
     pub(crate) rw_acquire: Script,
     pub(crate) rw_release: Script,
     pub(crate) rw_cancel: Script,
+    /// The semaphores' and the count-down latch's scripts.
+    pub(crate) sem_acquire: Script,
+    pub(crate) sem_add: Script,
+    pub(crate) sem_release: Script,
+    pub(crate) sem_cancel: Script,
+    pub(crate) sem_leave: Script,
+    pub(crate) sem_set: Script,
+    pub(crate) latch_count_down: Script,
 }
 
 impl Scripts {
@@ -92,13 +102,20 @@ impl Scripts {
             rw_acquire: Script::new(include_str!("rw_acquire.lua")),
             rw_release: Script::new(include_str!("rw_release.lua")),
             rw_cancel: Script::new(include_str!("rw_cancel.lua")),
+            sem_acquire: Script::new(include_str!("sem_acquire.lua")),
+            sem_add: Script::new(include_str!("sem_add.lua")),
+            sem_release: Script::new(include_str!("sem_release.lua")),
+            sem_cancel: Script::new(include_str!("sem_cancel.lua")),
+            sem_leave: Script::new(include_str!("sem_leave.lua")),
+            sem_set: Script::new(include_str!("sem_set.lua")),
+            latch_count_down: Script::new(include_str!("latch_count_down.lua")),
         }
     }
 
     /// The acquire script of the primitive `rule`.
     pub(crate) fn acquire_for(&self, rule: Rule) -> &Script {
         match rule {
-            Rule::Exclusive => &self.acquire,
+            Rule::Exclusive | Rule::Permits => &self.acquire,
             Rule::Read | Rule::Write => &self.rw_acquire,
         }
     }
@@ -106,7 +123,7 @@ impl Scripts {
     /// The release script of the primitive `rule`.
     pub(crate) fn release_for(&self, rule: Rule) -> &Script {
         match rule {
-            Rule::Exclusive => &self.release,
+            Rule::Exclusive | Rule::Permits => &self.release,
             Rule::Read | Rule::Write => &self.rw_release,
         }
     }
@@ -114,7 +131,7 @@ impl Scripts {
     /// The cancel script of the primitive `rule`.
     pub(crate) fn cancel_for(&self, rule: Rule) -> &Script {
         match rule {
-            Rule::Exclusive => &self.cancel,
+            Rule::Exclusive | Rule::Permits => &self.cancel,
             Rule::Read | Rule::Write => &self.rw_cancel,
         }
     }
@@ -138,6 +155,13 @@ mod tests {
             &s.rw_acquire.sha,
             &s.rw_release.sha,
             &s.rw_cancel.sha,
+            &s.sem_acquire.sha,
+            &s.sem_add.sha,
+            &s.sem_release.sha,
+            &s.sem_cancel.sha,
+            &s.sem_leave.sha,
+            &s.sem_set.sha,
+            &s.latch_count_down.sha,
         ];
         for sha in shas {
             assert_eq!(sha.len(), 40);
@@ -146,7 +170,7 @@ mod tests {
         let mut sorted: Vec<_> = shas.to_vec();
         sorted.sort();
         sorted.dedup();
-        assert_eq!(sorted.len(), 10);
+        assert_eq!(sorted.len(), 17);
     }
 
     #[test]

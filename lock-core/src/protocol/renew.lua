@@ -4,14 +4,36 @@
 -- lock i: an owner id (a writer of a read-write lock: '<owner>:write'), or
 -- for a reader of a read-write lock '<owner>' NUL '<prefix>': then the
 -- reader's own timeout keys '<prefix>:<owner>:rwlock_timeout:<n>' are
--- renewed too (never another owner's: Redisson renews every reader's).
+-- renewed too (never another owner's: Redisson renews every reader's);
+-- or for permits of an expirable semaphore (KEYS[i] its sorted set of
+-- permit ids) NUL followed by the ids, comma-separated: each id still in
+-- the set and not expired gets the expiry now + lease (never earlier than
+-- it had); renewed only when every id was.
 -- Returns one character per lock, as one string: '1' renewed, '0' the owner
 -- no longer holds it (a string: one reply value to build and parse, not
 -- one per lock).
 local lease = tonumber(ARGV[1])
 local result = {}
-for i, key in ipairs(KEYS) do
-  local field = ARGV[i + 1]
+local now = nil
+local function renew_permits(key, ids)
+  if not now then
+    local t = redis.call('time')
+    now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+  end
+  local renewed = '1'
+  for id in string.gmatch(ids, '[^,]+') do
+    local expiry = tonumber(redis.call('zscore', key, id) or '0')
+    if expiry > now then
+      if expiry < now + lease then
+        redis.call('zadd', key, 'xx', now + lease, id)
+      end
+    else
+      renewed = '0'
+    end
+  end
+  return renewed
+end
+local function renew_hold(key, field)
   local prefix = nil
   local nul = string.find(field, '\0', 1, true)
   if nul then
@@ -32,9 +54,17 @@ for i, key in ipairs(KEYS) do
     if redis.call('pttl', key) < lease then
       redis.call('pexpire', key, lease)
     end
-    result[i] = '1'
+    return '1'
   else
-    result[i] = '0'
+    return '0'
+  end
+end
+for i, key in ipairs(KEYS) do
+  local field = ARGV[i + 1]
+  if string.byte(field, 1) == 0 then
+    result[i] = renew_permits(key, string.sub(field, 2))
+  else
+    result[i] = renew_hold(key, field)
   end
 end
 return table.concat(result)
