@@ -12,7 +12,7 @@ use tokio::time::Instant;
 
 use super::keyspace::{glob_match, Clock, Data, Hash, Keyspace, Ms, ZSet};
 use super::pubsub::{Namespace, PubSub};
-use super::reply::{errors, format_g17, parse_f64, parse_i64, Reply};
+use super::reply::{errors, format_g17, is_hex_number, parse_f64, parse_i64, parse_strtod, Reply};
 
 /// The data every command works on.
 #[derive(Debug)]
@@ -145,6 +145,7 @@ static COMMANDS: &[Spec] = &[
     spec("zadd", -4, zadd),
     spec("zrem", -3, zrem),
     spec("zrange", -4, zrange),
+    spec("zrangebyscore", -4, zrangebyscore),
     spec("zscore", 3, zscore),
     spec("zcard", 2, zcard),
     spec("time", 1, time),
@@ -691,28 +692,179 @@ fn zrem(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
     int_reply(removed)
 }
 
+/// `ZRANGE key start stop [BYSCORE] [LIMIT offset count] [WITHSCORES]`:
+/// by rank, or by score with `BYSCORE`; `REV` and `BYLEX` are refused.
 fn zrange(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
-    let mut with_scores = false;
-    for opt in &args[4..] {
+    range_generic(db, args, RangeBy::Rank)
+}
+
+/// `ZRANGEBYSCORE key min max [WITHSCORES] [LIMIT offset count]`.
+fn zrangebyscore(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    range_generic(db, args, RangeBy::Score)
+}
+
+/// What a range of a sorted set counts in.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum RangeBy {
+    Rank,
+    Score,
+}
+
+/// The options of ZRANGE and ZRANGEBYSCORE after `key min max`.
+#[derive(Debug)]
+struct RangeOptions {
+    by: RangeBy,
+    with_scores: bool,
+    /// `LIMIT offset count`; 0 and -1 (from the first, all) without it.
+    offset: i64,
+    count: i64,
+}
+
+/// Reads the options as Redis 7.0 does (`zrangeGenericCommand`), in order,
+/// each error as it comes. `by` is the command's own: ZRANGEBYSCORE takes
+/// no `BYSCORE` (a syntax error there), ZRANGE takes it once.
+fn range_options(opts: &[Vec<u8>], by: RangeBy) -> Result<RangeOptions, Reply> {
+    let zrange_command = by == RangeBy::Rank;
+    let mut options = RangeOptions {
+        by,
+        with_scores: false,
+        offset: 0,
+        count: -1,
+    };
+    let mut i = 0;
+    while let Some(opt) = opts.get(i) {
         if is(opt, "withscores") {
-            with_scores = true;
-        } else if ["byscore", "bylex", "rev", "limit"]
-            .iter()
-            .any(|o| is(opt, o))
-        {
-            return errors::unsupported(&format!("ZRANGE {}", text(opt).to_uppercase()));
+            options.with_scores = true;
+        } else if is(opt, "limit") && opts.len() > i + 2 {
+            let number = |at: usize| opts.get(at).and_then(|n| parse_i64(n));
+            let (Some(offset), Some(count)) = (number(i + 1), number(i + 2)) else {
+                return Err(errors::not_integer());
+            };
+            options.offset = offset;
+            options.count = count;
+            i += 2;
+        } else if zrange_command && options.by == RangeBy::Rank && is(opt, "byscore") {
+            options.by = RangeBy::Score;
+        } else if zrange_command && (is(opt, "rev") || is(opt, "bylex")) {
+            return Err(errors::unsupported(&format!(
+                "ZRANGE {}",
+                text(opt).to_uppercase()
+            )));
         } else {
-            return errors::syntax();
+            return Err(errors::syntax());
+        }
+        i += 1;
+    }
+    // Redis tells a LIMIT apart by its count: `LIMIT n -1` passes here
+    if options.count != -1 && options.by == RangeBy::Rank {
+        return Err(Reply::err(
+            "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX",
+        ));
+    }
+    Ok(options)
+}
+
+/// The bounds of a score range (Redis' `zrangespec`): `(` excludes one.
+#[derive(Clone, Copy, Debug)]
+struct ScoreRange {
+    min: f64,
+    min_excluded: bool,
+    max: f64,
+    max_excluded: bool,
+}
+
+impl ScoreRange {
+    /// Reads `min` and `max` as `zslParseRange` does.
+    fn parse(min: &[u8], max: &[u8]) -> Result<ScoreRange, Reply> {
+        let (min, min_excluded) = score_bound(min)?;
+        let (max, max_excluded) = score_bound(max)?;
+        Ok(ScoreRange {
+            min,
+            min_excluded,
+            max,
+            max_excluded,
+        })
+    }
+
+    fn above_min(&self, score: f64) -> bool {
+        if self.min_excluded {
+            score > self.min
+        } else {
+            score >= self.min
         }
     }
-    let (Some(start), Some(stop)) = (parse_i64(&args[2]), parse_i64(&args[3])) else {
-        return errors::not_integer();
+
+    fn below_max(&self, score: f64) -> bool {
+        if self.max_excluded {
+            score < self.max
+        } else {
+            score <= self.max
+        }
+    }
+}
+
+/// One bound: its score, and whether it is excluded (`(1.5`).
+fn score_bound(arg: &[u8]) -> Result<(f64, bool), Reply> {
+    let (excluded, number) = match arg {
+        [b'(', rest @ ..] => (true, rest),
+        _ => (false, arg),
+    };
+    if is_hex_number(number) {
+        return Err(errors::unsupported("hexadecimal numbers in a score range"));
+    }
+    match parse_strtod(number) {
+        Some(score) => Ok((score, excluded)),
+        None => Err(Reply::err("ERR min or max is not a float")),
+    }
+}
+
+/// The part of a sorted set a range names.
+#[derive(Clone, Copy, Debug)]
+enum Selection {
+    /// From rank `start` to rank `stop`, both included.
+    Ranks(i64, i64),
+    Scores(ScoreRange),
+}
+
+impl Selection {
+    /// Reads `min` and `max` as `by` counts them.
+    fn parse(by: RangeBy, min: &[u8], max: &[u8]) -> Result<Selection, Reply> {
+        match by {
+            RangeBy::Rank => match (parse_i64(min), parse_i64(max)) {
+                (Some(start), Some(stop)) => Ok(Selection::Ranks(start, stop)),
+                _ => Err(errors::not_integer()),
+            },
+            RangeBy::Score => ScoreRange::parse(min, max).map(Selection::Scores),
+        }
+    }
+}
+
+/// ZRANGE and ZRANGEBYSCORE: the options, then the range, then the key,
+/// each refused in that order, as Redis refuses them.
+fn range_generic(db: &Db, args: &[Vec<u8>], by: RangeBy) -> Reply {
+    let options = match range_options(&args[4..], by) {
+        Ok(o) => o,
+        Err(e) => return e,
+    };
+    let selection = match Selection::parse(options.by, &args[2], &args[3]) {
+        Ok(s) => s,
+        Err(e) => return e,
     };
     let zset = match zset_of(db, &args[1]) {
         Ok(Some(z)) => z,
         Ok(None) => return Reply::Array(Vec::new()),
         Err(e) => return e,
     };
+    let members = match selection {
+        Selection::Ranks(start, stop) => by_rank(zset, start, stop),
+        Selection::Scores(range) => by_score(zset, range, options.offset, options.count),
+    };
+    members_reply(members, options.with_scores)
+}
+
+/// The members from rank `start` to rank `stop` included (negative ranks
+/// count from the end), as ZRANGE clamps them.
+fn by_rank(zset: &ZSet, start: i64, stop: i64) -> Vec<(&[u8], f64)> {
     let len = i64::try_from(zset.len()).unwrap_or(i64::MAX);
     let start = if start < 0 {
         (len + start).max(0)
@@ -725,13 +877,34 @@ fn zrange(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
         stop.min(len - 1)
     };
     if start > stop || start >= len {
-        return Reply::Array(Vec::new());
+        return Vec::new();
     }
-    let (Ok(start), Ok(stop)) = (usize::try_from(start), usize::try_from(stop)) else {
-        return Reply::Array(Vec::new());
+    match (usize::try_from(start), usize::try_from(stop)) {
+        (Ok(start), Ok(stop)) => zset.range(start, stop).collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// The members within `range`, the first `offset` of them skipped, at most
+/// `count` (a negative count: all; a negative offset: none, as in Redis).
+fn by_score(zset: &ZSet, range: ScoreRange, offset: i64, count: i64) -> Vec<(&[u8], f64)> {
+    let Ok(offset) = usize::try_from(offset) else {
+        return Vec::new();
     };
-    let mut out = Vec::new();
-    for (member, score) in zset.range(start, stop) {
+    let count = usize::try_from(count).unwrap_or(usize::MAX);
+    zset.scores_from(range.min)
+        .skip_while(|&(_, score)| !range.above_min(score))
+        .take_while(|&(_, score)| range.below_max(score))
+        .skip(offset)
+        .take(count)
+        .collect()
+}
+
+/// The members in order, each followed by its score with `WITHSCORES`
+/// (written as Redis 7.0 writes a double: `%.17g`).
+fn members_reply(members: Vec<(&[u8], f64)>, with_scores: bool) -> Reply {
+    let mut out = Vec::with_capacity(members.len() * if with_scores { 2 } else { 1 });
+    for (member, score) in members {
         out.push(Reply::Bulk(member.to_vec()));
         if with_scores {
             out.push(Reply::bulk(format_g17(score)));
@@ -976,6 +1149,29 @@ mod tests {
         );
         assert_eq!(run(&mut db, now, &["incr", "k"]), Reply::Int(4));
         assert_eq!(run(&mut db, now, &["decrby", "k", "10"]), Reply::Int(-6));
+        assert_eq!(run(&mut db, now, &["incrby", "k", "-4"]), Reply::Int(-10));
+        assert_eq!(run(&mut db, now, &["decrby", "k", "-3"]), Reply::Int(-7));
+        assert_eq!(run(&mut db, now, &["get", "k"]), bulk("-7"));
+        for bad in ["1.5", "", " 1", "x"] {
+            assert_eq!(
+                run(&mut db, now, &["decrby", "k", bad]),
+                errors::not_integer()
+            );
+        }
+        assert_eq!(
+            run(&mut db, now, &["set", "p", "1", "nx", "px", "5000"]),
+            Reply::ok()
+        );
+        assert_eq!(
+            run(&mut db, now, &["set", "p", "2", "nx", "px", "5000"]),
+            Reply::Nil
+        );
+        assert_eq!(run(&mut db, now, &["pttl", "p"]), Reply::Int(5000));
+        assert_eq!(
+            run(&mut db, now, &["exists", "p", "p", "none"]),
+            Reply::Int(2)
+        );
+        assert_eq!(run(&mut db, now, &["del", "p", "none", "p"]), Reply::Int(1));
         assert_eq!(
             run(&mut db, now, &["set", "big", "9223372036854775807"]),
             Reply::ok()
@@ -1114,9 +1310,248 @@ mod tests {
             Reply::Array(vec![bulk("b")])
         );
         assert_eq!(run(&mut db, now, &["zscore", "z", "a"]), bulk("1"));
+        // XX GT: updates only members there, only upwards; adds none
+        assert_eq!(
+            run(
+                &mut db,
+                now,
+                &["zadd", "z", "xx", "gt", "ch", "0", "a", "7", "b", "1", "new"]
+            ),
+            Reply::Int(1)
+        );
+        assert_eq!(run(&mut db, now, &["zscore", "z", "b"]), bulk("7"));
+        assert_eq!(run(&mut db, now, &["zscore", "z", "a"]), bulk("1"));
+        assert_eq!(run(&mut db, now, &["zscore", "z", "new"]), Reply::Nil);
+        assert_eq!(
+            run(&mut db, now, &["zadd", "z", "gt", "nx", "1", "a"]),
+            Reply::err("ERR GT, LT, and/or NX options at the same time are not compatible")
+        );
         assert_eq!(run(&mut db, now, &["zrem", "z", "a", "b"]), Reply::Int(2));
         assert_eq!(run(&mut db, now, &["zcard", "z"]), Reply::Int(0));
         assert_eq!(run(&mut db, now, &["exists", "z"]), Reply::Int(0));
+    }
+
+    #[test]
+    fn sorted_sets_by_score_with_limits() {
+        let mut db = Db::new();
+        let now = Instant::now();
+        let zadd = [
+            "zadd",
+            "z",
+            "1",
+            "a",
+            "1.5",
+            "b",
+            "2",
+            "c",
+            "922337203685477",
+            "big",
+            "1700000000123",
+            "ms",
+            "-inf",
+            "low",
+            "0",
+            "zero",
+        ];
+        assert_eq!(run(&mut db, now, &zadd), Reply::Int(7));
+        let members = |items: &[&str]| Reply::Array(items.iter().map(|m| bulk(m)).collect());
+        assert_eq!(
+            run(&mut db, now, &["zrangebyscore", "z", "-inf", "+inf"]),
+            members(&["low", "zero", "a", "b", "c", "ms", "big"])
+        );
+        assert_eq!(
+            run(&mut db, now, &["zrangebyscore", "z", "(1", "2"]),
+            members(&["b", "c"])
+        );
+        assert_eq!(
+            run(&mut db, now, &["zrangebyscore", "z", "1", "(2"]),
+            members(&["a", "b"])
+        );
+        assert_eq!(
+            run(&mut db, now, &["zrangebyscore", "z", "(-inf", "(1"]),
+            members(&["zero"])
+        );
+        assert_eq!(
+            run(&mut db, now, &["zrangebyscore", "z", "(1", "(1"]),
+            members(&[])
+        );
+        assert_eq!(
+            run(&mut db, now, &["zrangebyscore", "z", "3", "1"]),
+            members(&[])
+        );
+        assert_eq!(
+            run(
+                &mut db,
+                now,
+                &[
+                    "zrangebyscore",
+                    "z",
+                    "1",
+                    "+inf",
+                    "WITHSCORES",
+                    "LIMIT",
+                    "0",
+                    "2"
+                ]
+            ),
+            members(&["a", "1", "b", "1.5"])
+        );
+        assert_eq!(
+            run(
+                &mut db,
+                now,
+                &[
+                    "zrangebyscore",
+                    "z",
+                    "(2",
+                    "inf",
+                    "limit",
+                    "0",
+                    "-1",
+                    "withscores"
+                ]
+            ),
+            members(&["ms", "1700000000123", "big", "922337203685477"])
+        );
+        assert_eq!(
+            run(
+                &mut db,
+                now,
+                &["zrangebyscore", "z", "0", "2", "limit", "2", "5"]
+            ),
+            members(&["b", "c"])
+        );
+        for (offset, count) in [("-1", "2"), ("1", "0"), ("99", "1")] {
+            assert_eq!(
+                run(
+                    &mut db,
+                    now,
+                    &["zrangebyscore", "z", "0", "2", "limit", offset, count]
+                ),
+                members(&[]),
+                "LIMIT {offset} {count}"
+            );
+        }
+        // strtod's reading: an empty bound is 0, leading white space is skipped
+        assert_eq!(
+            run(&mut db, now, &["zrangebyscore", "z", "", "(1"]),
+            members(&["zero"])
+        );
+        assert_eq!(
+            run(&mut db, now, &["zrangebyscore", "z", " 2", "2"]),
+            members(&["c"])
+        );
+        let not_float = Reply::err("ERR min or max is not a float");
+        for (min, max) in [("x", "1"), ("1", "nan"), ("1 ", "2"), ("((1", "2")] {
+            assert_eq!(
+                run(&mut db, now, &["zrangebyscore", "z", min, max]),
+                not_float,
+                "{min} {max}"
+            );
+        }
+        assert!(matches!(
+            run(&mut db, now, &["zrangebyscore", "z", "0x1", "2"]),
+            Reply::Error(e) if e.contains("hexadecimal") && e.contains("in-memory")
+        ));
+        // options first, then the range, then the key
+        assert_eq!(
+            run(
+                &mut db,
+                now,
+                &["zrangebyscore", "z", "x", "1", "limit", "0"]
+            ),
+            errors::syntax()
+        );
+        assert_eq!(
+            run(
+                &mut db,
+                now,
+                &["zrangebyscore", "z", "x", "1", "limit", "y", "1"]
+            ),
+            errors::not_integer()
+        );
+        for opt in ["rev", "byscore", "bylex"] {
+            assert_eq!(
+                run(&mut db, now, &["zrangebyscore", "z", "0", "1", opt]),
+                errors::syntax()
+            );
+        }
+        assert_eq!(
+            run(&mut db, now, &["zrangebyscore", "none", "x", "1"]),
+            not_float
+        );
+        assert_eq!(
+            run(&mut db, now, &["zrangebyscore", "none", "0", "1"]),
+            members(&[])
+        );
+        run(&mut db, now, &["set", "s", "x"]);
+        assert_eq!(
+            run(&mut db, now, &["zrangebyscore", "s", "0", "1"]),
+            errors::wrong_type()
+        );
+        assert_eq!(
+            run(&mut db, now, &["zrangebyscore", "z", "0"]),
+            errors::arity("zrangebyscore")
+        );
+    }
+
+    #[test]
+    fn zrange_by_score_and_its_refusals() {
+        let mut db = Db::new();
+        let now = Instant::now();
+        run(&mut db, now, &["zadd", "z", "1", "a", "2", "b", "3", "c"]);
+        let members = |items: &[&str]| Reply::Array(items.iter().map(|m| bulk(m)).collect());
+        assert_eq!(
+            run(
+                &mut db,
+                now,
+                &[
+                    "zrange",
+                    "z",
+                    "(1",
+                    "+inf",
+                    "byscore",
+                    "limit",
+                    "1",
+                    "1",
+                    "withscores"
+                ]
+            ),
+            members(&["c", "3"])
+        );
+        assert_eq!(
+            run(
+                &mut db,
+                now,
+                &["zrange", "z", "0", "1", "byscore", "byscore"]
+            ),
+            errors::syntax()
+        );
+        assert_eq!(
+            run(&mut db, now, &["zrange", "z", "0", "-1", "limit", "1", "1"]),
+            Reply::err(
+                "ERR syntax error, LIMIT is only supported in combination with either BYSCORE or BYLEX"
+            )
+        );
+        // as in Redis: a LIMIT whose count is -1 is no LIMIT
+        assert_eq!(
+            run(
+                &mut db,
+                now,
+                &["zrange", "z", "0", "-1", "limit", "5", "-1"]
+            ),
+            members(&["a", "b", "c"])
+        );
+        assert_eq!(
+            run(&mut db, now, &["zrange", "z", "(1", "2"]),
+            errors::not_integer()
+        );
+        for opt in ["rev", "bylex"] {
+            assert!(matches!(
+                run(&mut db, now, &["zrange", "z", "0", "-1", opt]),
+                Reply::Error(e) if e.contains(&opt.to_uppercase()) && e.contains("in-memory")
+            ));
+        }
     }
 
     #[test]

@@ -173,6 +173,14 @@ impl ZSet {
             .take(end.saturating_sub(start) + 1)
             .map(|(score, member)| (member.as_slice(), score.0))
     }
+
+    /// Members and scores in order, from the first whose score is not
+    /// below `min` (not NaN) to the end: the caller stops at its maximum.
+    pub(crate) fn scores_from(&self, min: f64) -> impl Iterator<Item = (&[u8], f64)> {
+        self.order
+            .range((Score(min), Vec::new())..)
+            .map(|(score, member)| (member.as_slice(), score.0))
+    }
 }
 
 /// Milliseconds on the server's clock ([`Clock::ms`]).
@@ -537,6 +545,13 @@ mod tests {
         assert!(!z.remove(b"a"));
         assert_eq!(z.len(), 2);
         assert_eq!(z.range(1, 1).count(), 1);
+        z.insert(b"zero", -0.0);
+        let from = |min: f64| -> Vec<&[u8]> { z.scores_from(min).map(|(m, _)| m).collect() };
+        assert_eq!(from(2.0), [&b"b"[..], b"c"]);
+        assert_eq!(from(2.5), [&b"c"[..]]);
+        assert_eq!(from(-0.0), [&b"zero"[..], b"b", b"c"], "-0 is stored as 0");
+        assert_eq!(from(0.0), [&b"zero"[..], b"b", b"c"]);
+        assert!(from(f64::INFINITY).is_empty());
     }
 
     #[test]

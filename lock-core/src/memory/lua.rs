@@ -763,6 +763,37 @@ mod tests {
     }
 
     #[test]
+    fn sorted_set_ranges_from_a_script() {
+        let s = Server::new();
+        // Lua numbers as scores and bounds (%.17g), the reply a table of strings
+        let script = "redis.call('zadd', KEYS[1], 'NX', 1700000000123, 'a', 1.5, 'b', 922337203685477, 'c')\n\
+                      local r = redis.call('zrangebyscore', KEYS[1], '-inf', 1700000000123, 'WITHSCORES', 'LIMIT', 0, 2)\n\
+                      local rest = redis.call('zrangebyscore', KEYS[1], '(' .. r[4], '+inf')\n\
+                      return {r[1], r[2], r[3], r[4], #r, rest[1], #rest, tonumber(r[4]) + 1}";
+        assert_eq!(
+            call(&s, &["EVAL", script, "1", "z"]).ok(),
+            Some(Value::Array(vec![
+                bulk("b"),
+                bulk("1.5"),
+                bulk("a"),
+                bulk("1700000000123"),
+                Value::Int(4),
+                bulk("c"),
+                Value::Int(1),
+                Value::Int(1_700_000_000_124),
+            ]))
+        );
+        let bad_bound = "return redis.call('zrangebyscore', 'z', 'x', 1)";
+        assert_eq!(
+            error_text(eval(&s, bad_bound)),
+            format!(
+                "ERR min or max is not a float script: {}, on @user_script:1.",
+                sha1_smol::Sha1::from(bad_bound).digest()
+            )
+        );
+    }
+
+    #[test]
     fn errors_are_worded_as_redis_words_them() {
         let s = Server::new();
         call(&s, &["HSET", "h", "f", "1"]).ok();

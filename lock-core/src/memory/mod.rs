@@ -32,7 +32,9 @@
 //! `KEEPTTL`), `INCR`, `DECR`, `INCRBY`, `DECRBY`, `HSET`, `HGET`,
 //! `HGETALL`, `HKEYS`, `HDEL`, `HEXISTS`, `HINCRBY`, `HLEN`, `PEXPIRE` and `EXPIRE`
 //! (`NX`, `XX`, `GT`, `LT`), `PTTL`, `TTL`, `ZADD` (`NX`, `XX`, `GT`,
-//! `LT`, `CH`), `ZREM`, `ZRANGE` (by rank, `WITHSCORES`), `ZSCORE`,
+//! `LT`, `CH`), `ZREM`, `ZRANGE` (by rank, or `BYSCORE` with `LIMIT`;
+//! `WITHSCORES`), `ZRANGEBYSCORE` (`WITHSCORES`, `LIMIT`; hexadecimal
+//! bounds, which Redis reads with `strtod`, are refused), `ZSCORE`,
 //! `ZCARD`, `TIME`, `PUBLISH`, `SPUBLISH`, `PUBSUB NUMSUB|SHARDNUMSUB`,
 //! `SCAN` (`MATCH`, `COUNT`, `TYPE`), `DBSIZE`, `CONFIG GET
 //! maxmemory-policy` (`noeviction`), `ROLE` (a primary without replicas),

@@ -164,6 +164,39 @@ pub(crate) fn parse_f64(bytes: &[u8]) -> Option<f64> {
     (!value.is_nan()).then_some(value)
 }
 
+/// A number as C's `strtod` reads a whole argument, the way Redis reads the
+/// bounds of a score range (`zslParseRange`): leading white space is
+/// skipped, an empty argument is 0, trailing text or NaN is refused
+/// (`None`). Hexadecimal numbers, which `strtod` reads too, are not read
+/// here: callers refuse them first ([`is_hex_number`]).
+pub(crate) fn parse_strtod(bytes: &[u8]) -> Option<f64> {
+    if bytes.is_empty() {
+        return Some(0.0);
+    }
+    let text = std::str::from_utf8(bytes).ok()?;
+    let value: f64 = text.trim_start_matches(is_c_space).parse().ok()?;
+    (!value.is_nan()).then_some(value)
+}
+
+/// Whether `strtod` would read `bytes` as a hexadecimal number (`0x10`,
+/// ` -0X1p3`): white space, a sign, then `0x`.
+pub(crate) fn is_hex_number(bytes: &[u8]) -> bool {
+    let start = bytes
+        .iter()
+        .position(|&b| !is_c_space(char::from(b)))
+        .unwrap_or(bytes.len());
+    let unsigned = match &bytes[start..] {
+        [b'+' | b'-', rest @ ..] => rest,
+        rest => rest,
+    };
+    matches!(unsigned, [b'0', b'x' | b'X', ..])
+}
+
+/// C's `isspace` in the C locale.
+fn is_c_space(c: char) -> bool {
+    matches!(c, ' ' | '\t' | '\n' | '\x0b' | '\x0c' | '\r')
+}
+
 /// C's `printf("%.17g", x)`: how Redis 7.0 writes a Lua number passed as a
 /// command argument, and a score in a reply.
 pub(crate) fn format_g17(x: f64) -> String {
@@ -241,6 +274,40 @@ mod tests {
         assert_eq!(parse_f64(b"nan"), None);
         assert_eq!(parse_f64(b" 1"), None);
         assert_eq!(parse_f64(b"x"), None);
+    }
+
+    #[test]
+    fn range_bounds_parse_as_strtod_reads_them() {
+        for (text, value) in [
+            ("1.5", 1.5),
+            ("", 0.0),
+            (" 1", 1.0),
+            ("\t-2", -2.0),
+            ("+3", 3.0),
+            (".5", 0.5),
+            ("5.", 5.0),
+            ("1e3", 1000.0),
+            ("1e400", f64::INFINITY),
+            ("1e-400", 0.0),
+            ("-inf", f64::NEG_INFINITY),
+            ("+inf", f64::INFINITY),
+            ("Infinity", f64::INFINITY),
+            ("-INF", f64::NEG_INFINITY),
+            ("922337203685477", 922_337_203_685_477.0),
+        ] {
+            assert_eq!(parse_strtod(text.as_bytes()), Some(value), "{text:?}");
+        }
+        for bad in [
+            " ", "1 ", "x", "nan", "-nan", "1e", "-", ".", "in", "infin", "1,5",
+        ] {
+            assert_eq!(parse_strtod(bad.as_bytes()), None, "{bad:?}");
+        }
+        for hex in ["0x10", "0X1p3", " -0x1", "+0x"] {
+            assert!(is_hex_number(hex.as_bytes()), "{hex:?}");
+        }
+        for not_hex in ["0", "10", "x0", "- 0x1", "(0x1"] {
+            assert!(!is_hex_number(not_hex.as_bytes()), "{not_hex:?}");
+        }
     }
 
     #[test]

@@ -293,6 +293,18 @@ impl K {
     }
 }
 
+/// `EVAL` of an inline script with its keys and arguments.
+fn eval(source: &str, keys: &[&str], args: &[&str]) -> Step {
+    let mut out = vec![
+        "EVAL".to_string(),
+        source.to_string(),
+        keys.len().to_string(),
+    ];
+    out.extend(keys.iter().map(|k| k.to_string()));
+    out.extend(args.iter().map(|a| a.to_string()));
+    Step::Cmd(out, Rule::Same)
+}
+
 fn step(args: Vec<String>) -> Step {
     Step::Cmd(args, Rule::Same)
 }
@@ -851,6 +863,373 @@ fn cases() -> Vec<(&'static str, Vec<Step>)> {
             cmd(&["EXISTS", "conf:z"]),
         ],
     ));
+    table.push((
+        "sorted sets by score: ZRANGEBYSCORE and ZRANGE BYSCORE, bounds, LIMIT, errors",
+        vec![
+            cmd(&[
+                "ZADD",
+                "conf:z",
+                "1",
+                "a",
+                "1.5",
+                "b",
+                "2",
+                "c",
+                "922337203685477",
+                "big",
+                "1700000000123",
+                "ms",
+                "-inf",
+                "low",
+                "+inf",
+                "high",
+                "0",
+                "zero",
+            ]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "-inf", "+inf"]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "-inf", "+inf", "WITHSCORES"]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "(1", "2"]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "1", "(2", "WITHSCORES"]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "(-inf", "(+inf"]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "(1", "(1"]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "1.5", "1.5", "withscores"]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "3", "1"]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "-0", "0"]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "1", "+inf", "LIMIT", "0", "2"]),
+            cmd(&[
+                "ZRANGEBYSCORE",
+                "conf:z",
+                "1",
+                "+inf",
+                "WITHSCORES",
+                "LIMIT",
+                "0",
+                "2",
+            ]),
+            cmd(&[
+                "ZRANGEBYSCORE",
+                "conf:z",
+                "(2",
+                "inf",
+                "LIMIT",
+                "0",
+                "-1",
+                "WITHSCORES",
+            ]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "0", "2", "LIMIT", "2", "5"]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "0", "2", "LIMIT", "-1", "2"]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "0", "2", "LIMIT", "1", "0"]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "0", "2", "LIMIT", "99", "1"]),
+            cmd(&[
+                "ZRANGEBYSCORE",
+                "conf:z",
+                "0",
+                "2",
+                "limit",
+                "0",
+                "1",
+                "LIMIT",
+                "1",
+                "5",
+                "withscores",
+                "WITHSCORES",
+            ]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "-INF", "Infinity"]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "1e1", "1e400"]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "", "(1"]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", " 2", "2"]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "(", "2"]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "x", "1"]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "1", "nan"]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "1 ", "2"]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "((1", "2"]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "0", "1", "LIMIT", "0"]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "0", "1", "LIMIT", "x", "1"]),
+            cmd(&[
+                "ZRANGEBYSCORE",
+                "conf:z",
+                "0",
+                "1",
+                "LIMIT",
+                "0",
+                "9223372036854775808",
+            ]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "x", "1", "LIMIT", "0"]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "0", "1", "REV"]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "0", "1", "BYSCORE"]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "0", "1", "BOGUS"]),
+            cmd(&["ZRANGEBYSCORE", "conf:z", "0"]),
+            cmd(&["ZRANGEBYSCORE", "conf:none", "0", "1"]),
+            cmd(&["ZRANGEBYSCORE", "conf:none", "x", "1"]),
+            cmd(&["SET", "conf:s", "x"]),
+            cmd(&["ZRANGEBYSCORE", "conf:s", "0", "1"]),
+            cmd(&["ZRANGEBYSCORE", "conf:s", "x", "1"]),
+            cmd(&[
+                "ZRANGE",
+                "conf:z",
+                "(1",
+                "+inf",
+                "BYSCORE",
+                "LIMIT",
+                "1",
+                "2",
+                "WITHSCORES",
+            ]),
+            cmd(&["ZRANGE", "conf:z", "-inf", "2", "byscore"]),
+            cmd(&["ZRANGE", "conf:z", "0", "1", "BYSCORE", "BYSCORE"]),
+            cmd(&["ZRANGE", "conf:z", "0", "-1", "LIMIT", "1", "1"]),
+            cmd(&["ZRANGE", "conf:z", "0", "-1", "LIMIT", "5", "-1"]),
+            cmd(&["ZRANGE", "conf:z", "(1", "2"]),
+            cmd(&["ZRANGE", "conf:z", "0", "-1", "WITHSCORES"]),
+        ],
+    ));
+    table.push((
+        "sorted sets as a semaphore keeps them: ZADD NX, XX, GT, LT; ZSCORE, ZCARD, ZREM of several",
+        vec![
+            cmd(&[
+                "ZADD",
+                "conf:q",
+                "NX",
+                "1700000000123",
+                "p1",
+                "1700000000456",
+                "p2",
+            ]),
+            cmd(&["ZADD", "conf:q", "NX", "5", "p1", "1700000000999", "p3"]),
+            cmd(&["ZADD", "conf:q", "XX", "1", "p4"]),
+            cmd(&[
+                "ZADD",
+                "conf:q",
+                "XX",
+                "GT",
+                "CH",
+                "0",
+                "p1",
+                "1700000001000",
+                "p2",
+                "7",
+                "p9",
+            ]),
+            cmd(&["ZADD", "conf:q", "XX", "GT", "1700000001000", "p2"]),
+            cmd(&["ZADD", "conf:q", "XX", "LT", "CH", "1.25", "p3"]),
+            cmd(&["ZADD", "conf:q", "GT", "922337203685477", "p5"]),
+            cmd(&["ZADD", "conf:q", "XX", "NX", "1", "p1"]),
+            cmd(&["ZADD", "conf:q", "GT", "NX", "1", "p1"]),
+            cmd(&["ZADD", "conf:q", "XX", "1", "p1", "2"]),
+            cmd(&["ZSCORE", "conf:q", "p1"]),
+            cmd(&["ZSCORE", "conf:q", "p2"]),
+            cmd(&["ZSCORE", "conf:q", "p3"]),
+            cmd(&["ZSCORE", "conf:q", "p5"]),
+            cmd(&["ZSCORE", "conf:q", "p9"]),
+            cmd(&["ZSCORE", "conf:none", "p1"]),
+            cmd(&["ZSCORE", "conf:q"]),
+            cmd(&["ZCARD", "conf:q"]),
+            cmd(&["ZCARD", "conf:none"]),
+            cmd(&["ZRANGE", "conf:q", "0", "-1", "WITHSCORES"]),
+            cmd(&["ZREM", "conf:q", "p1", "p3", "p9", "p1"]),
+            cmd(&["ZCARD", "conf:q"]),
+            cmd(&["ZREM", "conf:none", "p1", "p2"]),
+            cmd(&["ZREM", "conf:q"]),
+            cmd(&["SET", "conf:s", "1"]),
+            cmd(&["ZSCORE", "conf:s", "p1"]),
+            cmd(&["ZREM", "conf:s", "p1"]),
+            cmd(&["ZREM", "conf:q", "p2", "p5"]),
+            cmd(&["EXISTS", "conf:q"]),
+        ],
+    ));
+    table.push((
+        "counters as a semaphore keeps them: SET NX PX, INCRBY and DECRBY below zero, their errors, DEL and EXISTS of several",
+        vec![
+            cmd(&["SET", "conf:p", "3", "NX", "PX", "5000"]),
+            cmd(&["SET", "conf:p", "4", "NX", "PX", "5000"]),
+            ruled(Rule::Ttl, &["PTTL", "conf:p"]),
+            cmd(&["GET", "conf:p"]),
+            cmd(&["DECRBY", "conf:p", "5"]),
+            cmd(&["INCRBY", "conf:p", "-3"]),
+            cmd(&["DECRBY", "conf:p", "-10"]),
+            cmd(&["DECR", "conf:p"]),
+            cmd(&["GET", "conf:p"]),
+            ruled(Rule::Ttl, &["PTTL", "conf:p"]),
+            cmd(&["INCRBY", "conf:p", "1.5"]),
+            cmd(&["DECRBY", "conf:p", "x"]),
+            cmd(&["DECRBY", "conf:p", ""]),
+            cmd(&["DECRBY", "conf:p", " 1"]),
+            cmd(&["DECRBY", "conf:p", "-9223372036854775808"]),
+            cmd(&["INCRBY", "conf:p", "9223372036854775808"]),
+            cmd(&["SET", "conf:f", "1.5"]),
+            cmd(&["INCRBY", "conf:f", "1"]),
+            cmd(&["DECR", "conf:f"]),
+            cmd(&["DECRBY", "conf:f", "1"]),
+            cmd(&["DECRBY", "conf:new", "7"]),
+            cmd(&["SET", "conf:min", "-9223372036854775808"]),
+            cmd(&["DECR", "conf:min"]),
+            cmd(&["DECRBY", "conf:min", "1"]),
+            cmd(&["INCRBY", "conf:min", "-1"]),
+            cmd(&["HSET", "conf:h", "f", "v"]),
+            cmd(&["DECRBY", "conf:h", "1"]),
+            cmd(&["INCRBY", "conf:h", "1"]),
+            cmd(&["DECR", "conf:h"]),
+            cmd(&["DECRBY", "conf:p"]),
+            cmd(&["EXISTS", "conf:p", "conf:f", "conf:none", "conf:p"]),
+            cmd(&["DEL", "conf:p", "conf:f", "conf:none", "conf:h", "conf:p"]),
+            cmd(&["EXISTS", "conf:p", "conf:f"]),
+            cmd(&["DEL", "conf:none"]),
+            cmd(&["DEL"]),
+            cmd(&["EXISTS"]),
+        ],
+    ));
+    let (zkey, counter, text_key) = ("conf:sem:z", "conf:sem:n", "conf:sem:t");
+    table.push((
+        "a semaphore's commands from scripts: ZRANGEBYSCORE with LIMIT and WITHSCORES, Lua numbers as scores, counters",
+        vec![
+            eval(
+                "return redis.call('zadd', KEYS[1], 'NX', tonumber(ARGV[1]), 'p1', \
+                 tonumber(ARGV[1]) + 333, 'p2', 1.5, 'p3', 922337203685477, 'p4', 0.25, 'p5')",
+                &[zkey],
+                &["1700000000123"],
+            ),
+            eval(
+                "return redis.call('zrangebyscore', KEYS[1], '-inf', '+inf', 'WITHSCORES')",
+                &[zkey],
+                &[],
+            ),
+            eval(
+                "return redis.call('zrangebyscore', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0, 2)",
+                &[zkey],
+                &["1700000000456"],
+            ),
+            eval(
+                "return redis.call('zrangebyscore', KEYS[1], '-inf', tonumber(ARGV[1]), 'WITHSCORES', 'LIMIT', 0, 2)",
+                &[zkey],
+                &["1700000000456"],
+            ),
+            eval(
+                "return redis.call('zrangebyscore', KEYS[1], '(' .. ARGV[1], '+inf', 'WITHSCORES', 'LIMIT', 0, 2)",
+                &[zkey],
+                &["1700000000123"],
+            ),
+            eval(
+                "return redis.call('zrangebyscore', KEYS[1], 1, math.huge, 'LIMIT', 1, -1)",
+                &[zkey],
+                &[],
+            ),
+            eval(
+                "return redis.call('zrange', KEYS[1], 0, -1, 'WITHSCORES')",
+                &[zkey],
+                &[],
+            ),
+            eval(
+                "local r = redis.call('zrangebyscore', KEYS[1], '-inf', '+inf', 'WITHSCORES', 'LIMIT', 0, 2)\n\
+                 return {r[2], type(r[2]), tonumber(r[4]) * 4, #r}",
+                &[zkey],
+                &[],
+            ),
+            eval(
+                "local s = redis.call('zscore', KEYS[1], 'p4')\n\
+                 return {s, tonumber(s) == 922337203685477, redis.call('zscore', KEYS[1], 'p1'), \
+                 redis.call('zcard', KEYS[1]), tostring(redis.call('zscore', KEYS[1], 'nope'))}",
+                &[zkey],
+                &[],
+            ),
+            eval(
+                "return redis.call('zadd', KEYS[1], 'XX', 'GT', 'CH', 0, 'p1', tonumber(ARGV[1]), 'p2', 1, 'p9')",
+                &[zkey],
+                &["1700000009999"],
+            ),
+            eval(
+                "return redis.call('zadd', KEYS[1], 'NX', 1, 'p1', 2, 'p6')",
+                &[zkey],
+                &[],
+            ),
+            // the expired permits: those with a deadline at or before now, removed together
+            eval(
+                "local expired = redis.call('zrangebyscore', KEYS[1], '-inf', ARGV[1])\n\
+                 local removed = 0\n\
+                 if #expired > 0 then removed = redis.call('zrem', KEYS[1], unpack(expired)) end\n\
+                 return {removed, redis.call('zcard', KEYS[1]), unpack(expired)}",
+                &[zkey],
+                &["1700000000200"],
+            ),
+            eval(
+                "return redis.call('zrem', KEYS[1], 'p2', 'p2', 'nope')",
+                &[zkey],
+                &[],
+            ),
+            eval(
+                "return redis.pcall('zrangebyscore', KEYS[1], 'x', 1)['err']",
+                &[zkey],
+                &[],
+            ),
+            eval(
+                "return redis.call('zrangebyscore', KEYS[1], 0, 1, 'LIMIT', 0)",
+                &[zkey],
+                &[],
+            ),
+            eval(
+                "return redis.pcall('zrangebyscore', KEYS[1], 0, 1, 'LIMIT', 'x', 1)",
+                &[zkey],
+                &[],
+            ),
+            eval(
+                "return redis.call('zrangebyscore', KEYS[1], 0)",
+                &[zkey],
+                &[],
+            ),
+            eval(
+                "local ok = redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])\n\
+                 local again = redis.call('set', KEYS[1], ARGV[1], 'NX', 'PX', ARGV[2])\n\
+                 return {ok['ok'], tostring(again), redis.call('get', KEYS[1])}",
+                &[counter],
+                &["2", "5000"],
+            ),
+            ruled(Rule::Ttl, &["PTTL", counter]),
+            eval(
+                "local left = redis.call('decrby', KEYS[1], ARGV[1])\n\
+                 if left < 0 then return {0, left, redis.call('incrby', KEYS[1], ARGV[1])} end\n\
+                 return {1, left}",
+                &[counter],
+                &["3"],
+            ),
+            eval(
+                "return {redis.call('decrby', KEYS[1], 5), redis.call('incrby', KEYS[1], -1), \
+                 redis.call('decr', KEYS[1]), redis.call('incrby', KEYS[1], 10), redis.call('get', KEYS[1])}",
+                &[counter],
+                &[],
+            ),
+            eval(
+                "return redis.call('decrby', KEYS[1], 1.5)",
+                &[counter],
+                &[],
+            ),
+            eval(
+                "return redis.pcall('incrby', KEYS[1], 'x')",
+                &[counter],
+                &[],
+            ),
+            eval(
+                "redis.call('set', KEYS[1], '1.5') return redis.pcall('decr', KEYS[1])['err']",
+                &[text_key],
+                &[],
+            ),
+            eval(
+                "return redis.call('incrby', KEYS[1], 1)",
+                &[text_key],
+                &[],
+            ),
+            eval(
+                "return {redis.call('exists', KEYS[1], KEYS[2], KEYS[3], 'conf:none'), \
+                 redis.call('del', KEYS[2], KEYS[3], 'conf:none', KEYS[2]), \
+                 redis.call('exists', KEYS[1], KEYS[2], KEYS[3])}",
+                &[zkey, counter, text_key],
+                &[],
+            ),
+            eval(
+                "local t = redis.call('time') return {#t, tonumber(t[1]) > 1600000000, tonumber(t[2]) < 1000000}",
+                &[],
+                &[],
+            ),
+        ],
+    ));
     let hello = "return 'hello'";
     let hello_sha = redis::Script::new(hello).get_hash().to_string();
     table.push((
@@ -1310,7 +1689,7 @@ fn keyspace(target: &mut dyn Target) -> BTreeMap<String, (String, String, Option
     let clock = |text: &str| -> String {
         text.split(':')
             .map(|part| match part.parse::<i64>() {
-                Ok(n) if (n - now_us).abs() < 86_400_000_000 => "<clock µs>".to_string(),
+                Ok(n) if n.abs_diff(now_us) < 86_400_000_000 => "<clock µs>".to_string(),
                 _ => part.to_string(),
             })
             .collect::<Vec<_>>()
