@@ -331,7 +331,7 @@ async fn redisson_clients_share_both_semaphores() {
     );
     let theirs = format!("{:032x}", 0xabcdu128);
     assert_eq!(
-        java.expirable_acquire(now_ms(), now_ms() + 60_000, &[theirs.clone()])
+        java.expirable_acquire(now_ms(), now_ms() + 60_000, std::slice::from_ref(&theirs))
             .await,
         Ok(())
     );
