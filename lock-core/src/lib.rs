@@ -192,6 +192,38 @@
 //! | `writeLock().tryLock(w, unit)`| `rw.write().acquire_timeout(w).await`       |
 //! | read → write (hangs)          | [`Error::UpgradeRefused`] at once           |
 //!
+//! # Semaphores and the count-down latch
+//!
+//! [`LockClient::permit_semaphore`] is Redisson's `RPermitExpirableSemaphore`
+//! on the same keys, with permits the watchdog renews (a crashed holder's
+//! come back within one lease), a validity deadline and `lost()` per
+//! acquisition; [`LockClient::semaphore`] is its plain `RSemaphore` (no
+//! owner, no lease). Waiting acquisitions take turns across clients, so
+//! asking for several permits is never starved by others asking for one.
+//! [`LockClient::latch`] is its `RCountDownLatch`.
+//!
+//! ```no_run
+//! # async fn demo(client: lock_core::LockClient) -> lock_core::Result<()> {
+//! let exports = client.permit_semaphore("exports:tenant-7")?;
+//! exports.try_set_permits(5).await?;
+//! let permit = exports.acquire(1).await?;   // at most 5 at once, everywhere
+//! permit.release().await?;
+//!
+//! let done = client.latch("migrations")?;
+//! done.try_set_count(2).await?;
+//! done.count_down().await?;
+//! # Ok(()) }
+//! ```
+//!
+//! | Redisson                                   | lock-core                                  |
+//! |--------------------------------------------|--------------------------------------------|
+//! | `getSemaphore(n).acquire(p)`               | `client.semaphore(n)?.acquire(p).await`    |
+//! | `getPermitExpirableSemaphore(n).acquire()` | `client.permit_semaphore(n)?.acquire(1).await` (renewed) |
+//! | `tryAcquire(wait, lease, unit)`            | `acquire_with(p, AcquireOptions::new().wait(w).lease(l))` |
+//! | `release(id)`                              | `permits.release().await` (or drop)        |
+//! | `availablePermits()` / `addPermits(d)`     | `available().await` / `add_permits(d).await` |
+//! | `getCountDownLatch(n).await(t, unit)`      | `client.latch(n)?.wait_timeout(t).await`   |
+//!
 //! # Ownership and re-entry in async code
 //!
 //! Every fresh acquisition creates a *hold* with an owner id of its own,

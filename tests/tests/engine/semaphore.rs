@@ -385,3 +385,40 @@ async fn a_latch_counts_down_once_per_call_and_wakes_its_waiters() {
     let exists: i64 = cmd(&mut obs, &["EXISTS", "latch:a"]).await;
     assert_eq!(exists, 0);
 }
+
+/// Permits that appear without a message (a lost message, a Redis
+/// client that does not publish) reach a waiter by its re-check, and a
+/// latch opened without its message too: a lost message never hangs.
+#[tokio::test]
+async fn a_lost_message_never_hangs_a_waiter() {
+    let env = support::env(1000);
+    let mut obs = raw(&env.server).await;
+    let sem = env.client.semaphore("sem:quiet").expect("name");
+    sem.try_set_permits(1).await.expect("set");
+    let held = sem.acquire(1).await.expect("one");
+    let waiter = {
+        let sem = sem.clone();
+        tokio::spawn(async move { sem.acquire(1).await.map(|p| p.count()) })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    // the permit comes back without any message
+    let _: i64 = cmd(&mut obs, &["INCRBY", "sem:quiet", "1"]).await;
+    let got = within(Duration::from_secs(3), "re-check", waiter)
+        .await
+        .expect("task")
+        .expect("acquired");
+    assert_eq!(got, 1);
+    std::mem::forget(held);
+    let latch = env.client.latch("latch:quiet").expect("name");
+    latch.try_set_count(1).await.expect("set");
+    let waiting = {
+        let latch = latch.clone();
+        tokio::spawn(async move { latch.wait().await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let _: i64 = cmd(&mut obs, &["DEL", "latch:quiet"]).await;
+    within(Duration::from_secs(3), "latch re-check", waiting)
+        .await
+        .expect("task")
+        .expect("opened");
+}
