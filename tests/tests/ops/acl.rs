@@ -33,8 +33,23 @@ const KEYS: &[&str] = &[
     "~{app:*",
     "~redisson_rwlock:{app:*",
     "~lockcore_writer:{app:*",
+    // the semaphores (their channel is a key of their scripts; the
+    // expirable kind's `{app:<name>}:timeout` is under `~{app:*`), the line
+    // of waiting acquisitions, request latches; the latch's channel and
+    // its count-down latches
+    "~redisson_sc:{app:*",
+    "~lockcore_sem_line:{app:*",
+    "~lockcore_sem_alive:{app:*",
+    "~lockcore_sem_req:{app:*",
+    "~redisson_countdownlatch__channel__{app:*",
+    "~lockcore_latch_req:{app:*",
 ];
-const CHANNELS: &[&str] = &["&redisson_lock__channel:{app:*", "&redisson_rwlock:{app:*"];
+const CHANNELS: &[&str] = &[
+    "&redisson_lock__channel:{app:*",
+    "&redisson_rwlock:{app:*",
+    "&redisson_sc:{app:*",
+    "&redisson_countdownlatch__channel__{app:*",
+];
 const COMMANDS: &[&str] = &[
     // sent by the client
     "+evalsha",
@@ -69,6 +84,13 @@ const COMMANDS: &[&str] = &[
     // run by the read-write lock's scripts
     "+hset",
     "+hkeys",
+    // sent for the semaphores' status, and run by their scripts
+    "+zcard",
+    "+incrby",
+    "+decrby",
+    "+decr",
+    "+zscore",
+    "+zrangebyscore",
 ];
 
 /// `--user <name> on >pw resetkeys resetchannels -@all <rules...>`.
@@ -282,6 +304,101 @@ async fn a_user_with_the_documented_acl_can_do_everything() {
     assert!(kept.is_held(), "renewed with the documented rights");
     assert!(rw.force_unlock().await.expect("force unlock"));
     drop(kept);
+
+    // Both semaphores: a waiter of another client woken by a release, a
+    // renewed permit (lease 900 ms), a permit given back on drop, status;
+    // the latch: a waiter woken by the last count-down.
+    for expirable in [false, true] {
+        let acquire = |c: &lock_core::LockClient, n| {
+            let c = c.clone();
+            async move {
+                if expirable {
+                    c.permit_semaphore("exports")?.acquire(n).await
+                } else {
+                    c.semaphore("plain-exports")?.acquire(n).await
+                }
+            }
+        };
+        let set = if expirable {
+            client
+                .permit_semaphore("exports")
+                .expect("name")
+                .try_set_permits(1)
+                .await
+        } else {
+            client
+                .semaphore("plain-exports")
+                .expect("name")
+                .try_set_permits(1)
+                .await
+        };
+        assert!(set.expect("set"));
+        let p = acquire(&client, 1).await.expect("permit");
+        let waiter = tokio::spawn(acquire(&other, 1));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let released = Instant::now();
+        p.release().await.expect("release");
+        let p2 = within(Duration::from_secs(5), "permit waiter", waiter)
+            .await
+            .expect("task")
+            .expect("permit");
+        assert!(
+            released.elapsed() < Duration::from_millis(500),
+            "woken by pub/sub"
+        );
+        drop(p2);
+        let added = if expirable {
+            client
+                .permit_semaphore("exports")
+                .expect("name")
+                .add_permits(1)
+                .await
+        } else {
+            client
+                .semaphore("plain-exports")
+                .expect("name")
+                .add_permits(1)
+                .await
+        };
+        // the dropped permit comes back in the background: 1 or 2 now
+        assert!(matches!(added.expect("add"), 1 | 2));
+    }
+    let renewed = renewing
+        .permit_semaphore("exports")
+        .expect("name")
+        .acquire(1)
+        .await
+        .expect("permit");
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert!(
+        renewed.is_held(),
+        "permit renewed with the documented rights"
+    );
+    let status = client
+        .permit_semaphore("exports")
+        .expect("name")
+        .status(10)
+        .await
+        .expect("status");
+    assert_eq!(status.held_total, 1);
+    renewed.release().await.expect("release");
+    let latch = client.latch("boot").expect("name");
+    assert!(latch.try_set_count(1).await.expect("set"));
+    let opened = tokio::spawn({
+        let l = other.latch("boot").expect("name");
+        async move { l.wait_timeout(Duration::from_secs(5)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let counted = Instant::now();
+    assert_eq!(latch.count_down().await.expect("count down"), 0);
+    assert!(within(Duration::from_secs(5), "latch", opened)
+        .await
+        .expect("task")
+        .expect("wait"));
+    assert!(
+        counted.elapsed() < Duration::from_millis(500),
+        "woken by pub/sub"
+    );
 
     // Nothing was denied but the optional CONFIG GET of the eviction check.
     let denials = acl_denials(&server);
