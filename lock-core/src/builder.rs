@@ -89,7 +89,7 @@ impl ClientBuilder {
         self
     }
 
-    /// Every fresh acquisition of this client waits until `replicas`
+    /// Every fresh lock acquisition of this client (not semaphore permits) waits until `replicas`
     /// replicas acknowledged it, at most `timeout`; when fewer did, it is
     /// released and the acquire fails with [`Error::NotReplicated`]
     /// (see [`ClientConfig::wait_for_replicas`] and the crate docs, "Safety").

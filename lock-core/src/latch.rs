@@ -86,10 +86,11 @@ impl CountDownLatch {
     /// # Ok(()) }
     /// ```
     pub async fn try_set_count(&self, count: u64) -> Result<bool> {
-        if count == 0 {
-            return Err(Error::InvalidArgument(
-                "a latch's count must be at least 1".into(),
-            ));
+        if count == 0 || i64::try_from(count).is_err() {
+            return Err(Error::InvalidArgument(format!(
+                "a latch's count must be between 1 and {}, not {count}",
+                i64::MAX
+            )));
         }
         let core = &self.engine.core;
         let publish = core.publish_command().await?;
@@ -202,7 +203,12 @@ impl CountDownLatch {
         // Subscribed before the first read, so that the last count-down
         // between the read and the wait is not missed.
         let mut sub = self.engine.pubsub.subscribe_shared(&self.keys.channel);
-        sub.ready(core.config.command_timeout.min(RECHECK)).await;
+        let mut ready = core.config.command_timeout.min(RECHECK);
+        if let Some(d) = deadline {
+            ready = ready.min(d.saturating_duration_since(Instant::now()));
+        }
+        sub.ready(ready).await;
+        let mut outage: Option<Instant> = None;
         loop {
             let read = match deadline {
                 Some(d) => match tokio::time::timeout_at(d, self.count()).await {
@@ -211,10 +217,21 @@ impl CountDownLatch {
                 },
                 None => self.count().await,
             };
-            if read? == 0 {
-                return Ok(true);
-            }
             let mut pause = RECHECK;
+            match read {
+                Ok(0) => return Ok(true),
+                Ok(_) => outage = None,
+                // Redis away for a moment: read again shortly, within the
+                // usual bound of one command.
+                Err(e) if e.is_transient() && core.has_reached_redis() => {
+                    let began = *outage.get_or_insert_with(Instant::now);
+                    if began.elapsed() >= core.command_bound() {
+                        return Err(e);
+                    }
+                    pause = Duration::from_millis(100);
+                }
+                Err(e) => return Err(e),
+            }
             if let Some(d) = deadline {
                 let left = d.saturating_duration_since(Instant::now());
                 if left.is_zero() {

@@ -83,6 +83,11 @@ impl Handle {
     }
 
     async fn try_set_permits(&self, permits: u64) -> Result<bool> {
+        if i64::try_from(permits).is_err() {
+            return Err(Error::InvalidArgument(format!(
+                "{permits} permits do not fit Redis' 64-bit signed counter"
+            )));
+        }
         let core = &self.target.engine.core;
         let keys = self.keys();
         let publish = core.publish_command().await?;
@@ -168,6 +173,14 @@ pub struct Semaphore {
 /// [`acquire_with`](Self::acquire_with) takes a fixed lease. The permits of
 /// a process that dies come back within one lease. The same turns as
 /// [`Semaphore`].
+///
+/// Expiries are the Redis server's clock; Redisson's clients score theirs
+/// by their own clocks, so keep the clocks of Java hosts sharing a
+/// semaphore in sync (a Java client whose clock runs ahead reclaims
+/// permits early by that much). Neither kind waits for replicas
+/// ([`ClientBuilder::wait_for_replicas`](crate::ClientBuilder::wait_for_replicas)
+/// applies to locks): after a failover that lost a grant, its permits
+/// count as free again.
 #[derive(Clone, Debug)]
 pub struct PermitSemaphore {
     inner: Handle,
@@ -355,11 +368,8 @@ impl PermitSemaphore {
         let time = core.run_cmd(&redis::cmd("TIME")).await?;
         let now_ms = server_ms(&time)?;
         let mut range = redis::cmd("ZRANGE");
-        range
-            .arg(&keys.timeout)
-            .arg(0)
-            .arg(limit.saturating_sub(1))
-            .arg("WITHSCORES");
+        let last = i64::try_from(limit.saturating_sub(1)).unwrap_or(i64::MAX);
+        range.arg(&keys.timeout).arg(0).arg(last).arg("WITHSCORES");
         let reply = if limit == 0 {
             Value::Array(Vec::new())
         } else {
@@ -409,12 +419,20 @@ fn held_permits(reply: &Value, now_ms: u64) -> Result<Vec<HeldPermit>> {
         Value::Double(d) => Some(d.to_string()),
         _ => None,
     };
+    // ids are 16 bytes in the set, shown as 32 hex digits (as Redisson
+    // shows them); anything else as text
+    let id_of = |v: &Value| match v {
+        Value::BulkString(b) if b.len() == 16 => {
+            Some(b.iter().map(|byte| format!("{byte:02x}")).collect())
+        }
+        other => text(other),
+    };
     items
         .chunks(2)
         .map(|pair| match pair {
             [id, score] => {
                 let id =
-                    text(id).ok_or_else(|| crate::protocol::unexpected_reply("ZRANGE", reply))?;
+                    id_of(id).ok_or_else(|| crate::protocol::unexpected_reply("ZRANGE", reply))?;
                 let expiry: f64 = text(score)
                     .and_then(|s| s.parse().ok())
                     .ok_or_else(|| crate::protocol::unexpected_reply("ZRANGE", reply))?;
@@ -600,13 +618,14 @@ mod tests {
     #[test]
     fn held_permits_read_redisson_scores() -> Result<()> {
         let reply = Value::Array(vec![
-            Value::BulkString(b"aa".to_vec()),
+            Value::BulkString(vec![0xab; 16]),
             Value::BulkString(b"1500".to_vec()),
             Value::BulkString(b"bb".to_vec()),
             Value::BulkString(b"922337203685477".to_vec()),
         ]);
         let held = held_permits(&reply, 1000)?;
         assert_eq!(held[0].expires_in, Some(Duration::from_millis(500)));
+        assert_eq!(held[0].id, "ab".repeat(16));
         assert_eq!(held[1].expires_in, None);
         assert!(held_permits(&Value::Nil, 0).is_err());
         Ok(())

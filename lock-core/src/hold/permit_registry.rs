@@ -16,10 +16,13 @@ pub(crate) struct PermitRecord {
     /// deadline and lost signal, as a lock's hold.
     pub(crate) hold: Arc<Hold>,
     pub(crate) n: u32,
-    /// The permit ids (expirable kind; empty for the plain kind).
+    /// The permit ids in hex (expirable kind; empty for the plain kind).
     pub(crate) ids: Vec<String>,
-    /// The acquire's request latch: a release marks it, so a late copy of
-    /// the acquire is refused (plain kind).
+    /// The same ids as Redis stores them (16 bytes each).
+    pub(crate) raw_ids: Vec<[u8; 16]>,
+    /// The acquire's request id (the plain kind's grant) and latch key (a
+    /// release marks it, so a late copy of the acquire is refused).
+    pub(crate) request: String,
     pub(crate) acquisition: String,
     /// The fixed lease asked for (`None`: renewed by the watchdog; the
     /// plain kind has no lease at all).

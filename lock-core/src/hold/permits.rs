@@ -97,14 +97,22 @@ impl Drop for Running {
     }
 }
 
-/// A permit id in Redisson's form: 16 random bytes as 32 hex digits.
-fn permit_id() -> String {
-    format!("{:032x}", ids::random_u128())
+/// A permit id in Redisson's form: 16 random bytes (stored as they are),
+/// shown as 32 hex digits.
+fn permit_id() -> ([u8; 16], String) {
+    let id = ids::random_u128();
+    (id.to_be_bytes(), format!("{id:032x}"))
 }
+
+/// The shortest fixed lease of a permit: a lease must leave time to use
+/// the permits after the grant's round trip (the validity is the lease less
+/// 1 % and 2 ms).
+const MIN_LEASE: Duration = Duration::from_millis(10);
 
 impl SemTarget {
     /// Checks an acquisition's arguments.
     fn check(&self, n: u32, options: &AcquireOptions) -> Result<()> {
+        options.validate()?;
         if n == 0 || n > MAX_PERMITS {
             return Err(Error::InvalidArgument(format!(
                 "permits to acquire must be between 1 and {MAX_PERMITS}, not {n}"
@@ -117,10 +125,10 @@ impl SemTarget {
                     .into(),
             ));
         }
-        if options.lease.is_some_and(|l| l.is_zero()) {
-            return Err(Error::InvalidArgument(
-                "a lease must be at least 1 ms".into(),
-            ));
+        if options.lease.is_some_and(|l| l < MIN_LEASE) {
+            return Err(Error::InvalidArgument(format!(
+                "a permit's lease must be at least {MIN_LEASE:?}"
+            )));
         }
         Ok(())
     }
@@ -142,6 +150,8 @@ impl SemTarget {
             name: self.keys.name.clone(),
             waited: started.elapsed(),
         };
+        // In the line (maybe) from the first attempt that may join it on:
+        // leaving it when not there is harmless.
         let mut place = LinePlace {
             target: self.clone(),
             member: if waits {
@@ -149,8 +159,10 @@ impl SemTarget {
             } else {
                 String::new()
             },
-            joined: false,
+            joined: waits,
+            in_flight: Arc::new(tokio::sync::Mutex::new(())),
         };
+        let mut stale_retried = false;
         let mut subscription = None;
         let mut outage: Option<Instant> = None;
         loop {
@@ -163,23 +175,30 @@ impl SemTarget {
                 }
                 limit = limit.min(left);
             }
-            let attempt = self
-                .attempt(n, options.lease, &place.member, waits, limit)
-                .await;
+            let attempt = self.attempt(n, options.lease, &place, waits, limit).await;
             let nearest_expiry = match attempt {
                 Ok(Attempt::Granted(permits)) => {
                     // the grant took the acquisition out of the line
                     place.joined = false;
                     return Ok(permits);
                 }
-                Ok(Attempt::Expired) => continue,
+                // Granted after the grant's validity (and given back): too
+                // slow a round trip for this lease now.
+                Ok(Attempt::Expired) if !waits => return Err(timed_out()),
+                Ok(Attempt::Expired) => Some(Duration::from_millis(10)),
                 Ok(Attempt::Refused { nearest_expiry }) => {
                     outage = None;
                     if !waits {
                         return Err(timed_out());
                     }
-                    place.joined = true;
                     nearest_expiry
+                }
+                // A connection the server had closed: the attempt was
+                // cancelled (given back if it was applied), so one more
+                // under a new request id is safe.
+                Err(e) if e.is_stale_connection() && !stale_retried => {
+                    stale_retried = true;
+                    Some(Duration::ZERO)
                 }
                 Err(e) if e.is_transient() && core.has_reached_redis() => {
                     let began = *outage.get_or_insert_with(Instant::now);
@@ -205,7 +224,11 @@ impl SemTarget {
                 Some(sub) => sub,
                 None => {
                     let mut sub = self.engine.pubsub.subscribe_shared(&self.keys.channel);
-                    sub.ready(core.config.command_timeout.min(RECHECK)).await;
+                    let mut ready = core.config.command_timeout.min(RECHECK);
+                    if let Some(deadline) = deadline {
+                        ready = ready.min(deadline.saturating_duration_since(Instant::now()));
+                    }
+                    sub.ready(ready).await;
                     subscription = Some(sub);
                     continue;
                 }
@@ -235,17 +258,21 @@ impl SemTarget {
         &self,
         n: u32,
         lease: Option<Duration>,
-        member: &str,
+        place: &LinePlace,
         join: bool,
         limit: Duration,
     ) -> Result<Attempt> {
         let core = &self.engine.core;
         let this = self.clone();
-        let member = member.to_string();
+        let member = place.member.clone();
         let running = Running::new(core);
+        // Held until the attempt ends, also in the background: leaving the
+        // line waits for it, so that no attempt joins after the leave.
+        let in_flight = place.in_flight.clone().lock_owned().await;
         RunToEnd::new(
             async move {
                 let _running = running;
+                let _in_flight = in_flight;
                 this.attempt_now(n, lease, &member, join, limit).await
             },
             &core.background,
@@ -266,13 +293,14 @@ impl SemTarget {
         let publish = core.publish_command().await?;
         let request = core.request_id();
         let latch = self.keys.request(&request);
-        let (ids, lease_time) = match self.keys.kind {
+        let (ids, lease_time): (Vec<_>, _) = match self.keys.kind {
             SemKind::Plain => (Vec::new(), PLAIN_VALIDITY),
             SemKind::Expirable => (
-                (0..n).map(|_| permit_id()).collect::<Vec<_>>(),
+                (0..n).map(|_| permit_id()).collect(),
                 lease.unwrap_or(core.config.watchdog_timeout),
             ),
         };
+        let (raw_ids, ids): (Vec<[u8; 16]>, Vec<String>) = ids.into_iter().unzip();
         let lease_ms = lease_ms(lease, core.config.watchdog_timeout);
         let cmd = SemAcquireCall {
             keys: &self.keys,
@@ -282,9 +310,10 @@ impl SemTarget {
             member,
             alive_ms: alive_ms(core),
             join,
-            latch_ms: core.latch_ms(),
+            refuse_ms: core.cancel_latch_ms(lease_ms),
             publish,
-            ids: &ids,
+            request: &request,
+            ids: &raw_ids,
         }
         .cmd(&core.scripts.sem_acquire);
         let sent_at = Instant::now();
@@ -298,7 +327,7 @@ impl SemTarget {
                     // Applied or not, nobody knows: undone if it was, refused
                     // if it arrives later. (The place in the line stays: the
                     // acquisition keeps waiting, or leaves it when it stops.)
-                    self.spawn_cancel(latch, n, ids, lease_ms);
+                    self.spawn_cancel(latch, request, raw_ids, lease_ms);
                 }
                 return Err(e);
             }
@@ -307,7 +336,7 @@ impl SemTarget {
             SemAcquireReply::Granted { .. } => {
                 let owner: Arc<str> = match self.keys.kind {
                     SemKind::Plain => Arc::from(request.as_str()),
-                    SemKind::Expirable => Arc::from(ids.join(",")),
+                    SemKind::Expirable => Arc::from(ids.concat()),
                 };
                 let Some(hold) = Hold::granted(
                     self.keys.hold_keys.clone(),
@@ -318,7 +347,7 @@ impl SemTarget {
                     lease_time,
                 ) else {
                     tracing::debug!(semaphore = %self.keys.name, "permits granted after the grant's validity; giving them back");
-                    if let Err(e) = self.cancel(&latch, n, &ids, lease_ms).await {
+                    if let Err(e) = self.cancel(&latch, &request, &raw_ids, lease_ms).await {
                         tracing::warn!(semaphore = %self.keys.name, error = %e, "giving back late permits failed; they expire with their lease");
                     }
                     return Ok(Attempt::Expired);
@@ -328,6 +357,8 @@ impl SemTarget {
                     hold,
                     n,
                     ids,
+                    raw_ids,
+                    request,
                     acquisition: latch,
                     lease: match self.keys.kind {
                         SemKind::Plain => None,
@@ -352,13 +383,19 @@ impl SemTarget {
 
     /// Undoes the acquisition `latch` (see `sem_cancel.lua`); how many
     /// permits came back.
-    async fn cancel(&self, latch: &str, n: u32, ids: &[String], lease_ms: u64) -> Result<u64> {
+    async fn cancel(
+        &self,
+        latch: &str,
+        request: &str,
+        ids: &[[u8; 16]],
+        lease_ms: u64,
+    ) -> Result<u64> {
         let core = &self.engine.core;
         let publish = core.publish_command().await?;
         let cmd = SemCancelCall {
             keys: &self.keys,
             latch,
-            n,
+            request,
             member: "",
             refuse_ms: core.cancel_latch_ms(lease_ms),
             publish,
@@ -372,12 +409,12 @@ impl SemTarget {
     }
 
     /// [`cancel`](Self::cancel) as background work.
-    fn spawn_cancel(&self, latch: String, n: u32, ids: Vec<String>, lease_ms: u64) {
+    fn spawn_cancel(&self, latch: String, request: String, ids: Vec<[u8; 16]>, lease_ms: u64) {
         let this = self.clone();
         let core = &self.engine.core;
         core.background.spawn_on(
             async move {
-                match this.cancel(&latch, n, &ids, lease_ms).await {
+                match this.cancel(&latch, &request, &ids, lease_ms).await {
                     Ok(0) => {}
                     Ok(back) => tracing::debug!(semaphore = %this.keys.name, back, "a semaphore acquisition with a lost reply was undone"),
                     Err(e) => {
@@ -399,10 +436,8 @@ impl SemTarget {
         let cmd = SemAddCall {
             keys: &self.keys,
             latch: &latch,
-            acquisition: None,
             n: delta,
             latch_ms: core.latch_ms(),
-            refuse_ms: core.latch_ms(),
             publish,
         }
         .cmd(&core.scripts.sem_add);
@@ -432,9 +467,10 @@ fn recheck_pause() -> Duration {
 }
 
 /// How long an acquisition counts as alive in the line without asking
-/// again: a few re-check periods and slow round trips.
+/// again: two re-check periods and a slow round trip (so a waiter of a
+/// process that died holds up the line at most that long).
 fn alive_ms(core: &Core) -> u64 {
-    duration_ms(RECHECK * 3 + core.command_bound() * 2)
+    duration_ms(RECHECK * 2 + core.command_bound())
 }
 
 /// An acquisition's place in the line; left (in the background) when the
@@ -443,6 +479,9 @@ struct LinePlace {
     target: SemTarget,
     member: String,
     joined: bool,
+    /// Locked by an attempt while it runs (to its end, also in the
+    /// background); leaving takes it first.
+    in_flight: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl LinePlace {
@@ -454,7 +493,11 @@ impl LinePlace {
         }
         let core = &self.target.engine.core;
         let leave = RunToEnd::new(
-            leave(self.target.clone(), self.member.clone()),
+            leave(
+                self.target.clone(),
+                self.member.clone(),
+                self.in_flight.clone(),
+            ),
             &core.background,
             &core.runtime,
         );
@@ -467,15 +510,21 @@ impl Drop for LinePlace {
         if std::mem::take(&mut self.joined) {
             let core = &self.target.engine.core;
             core.background.spawn_on(
-                leave(self.target.clone(), std::mem::take(&mut self.member)),
+                leave(
+                    self.target.clone(),
+                    std::mem::take(&mut self.member),
+                    self.in_flight.clone(),
+                ),
                 &core.runtime,
             );
         }
     }
 }
 
-/// Takes `member` out of the line (see `sem_leave.lua`).
-async fn leave(target: SemTarget, member: String) {
+/// Takes `member` out of the line (see `sem_leave.lua`), once no attempt
+/// of it is in flight.
+async fn leave(target: SemTarget, member: String, in_flight: Arc<tokio::sync::Mutex<()>>) {
+    let _no_attempt = in_flight.lock_owned().await;
     let core = &target.engine.core;
     let outcome = async {
         let publish = core.publish_command().await?;
@@ -496,27 +545,31 @@ impl Core {
         let keys = &record.keys;
         match keys.kind {
             SemKind::Plain => {
-                let latch = keys.request(&self.request_id());
-                let cmd = SemAddCall {
+                let cmd = SemCancelCall {
                     keys,
-                    latch: &latch,
-                    acquisition: Some(&record.acquisition),
-                    n: i64::from(record.n),
-                    latch_ms: self.latch_ms(),
+                    latch: &record.acquisition,
+                    request: &record.request,
+                    member: "",
                     refuse_ms: self.cancel_latch_ms(0),
                     publish,
+                    ids: &[],
                 }
-                .cmd(&self.scripts.sem_add);
+                .cmd(&self.scripts.sem_cancel);
+                let retried = std::sync::atomic::AtomicBool::new(false);
                 let reply = self
-                    .run_with_retries(&keys.hold_keys, &self.scripts.sem_add, &cmd, || {})
+                    .run_with_retries(&keys.hold_keys, &self.scripts.sem_cancel, &cmd, || {
+                        retried.store(true, Ordering::Relaxed)
+                    })
                     .await?;
-                SemAddReply::parse(&reply).map(|_| true)
+                // A retry finds the grant the first attempt gave back gone.
+                let back = parse_cancel(&reply)?;
+                Ok(back > 0 || retried.load(Ordering::Relaxed))
             }
             SemKind::Expirable => {
                 let cmd = PermitReleaseCall {
                     keys,
                     publish,
-                    ids: &record.ids,
+                    ids: &record.raw_ids,
                 }
                 .cmd(&self.scripts.sem_release);
                 let retried = std::sync::atomic::AtomicBool::new(false);
@@ -526,8 +579,11 @@ impl Core {
                     })
                     .await?;
                 let released = parse_permit_release(&reply)?;
-                // A retry finds the ids the first attempt released gone.
-                Ok(released == record.ids.len() || retried.load(Ordering::Relaxed))
+                // A retry finds the ids the first attempt released gone
+                // (when it finds some, the first was not applied: those
+                // it does not find had expired).
+                Ok(released == record.raw_ids.len()
+                    || (released == 0 && retried.load(Ordering::Relaxed)))
             }
         }
     }
@@ -574,8 +630,9 @@ impl OwnedPermits {
         if record.keys.kind == SemKind::Expirable && record.lease.is_none() {
             self.engine.watchdog.unregister(&record.hold);
         }
-        self.engine.core.permits.remove(&record);
-        Some(record)
+        // Whoever takes the record out of the registry gives the permits
+        // back: this guard, or a shutdown that took it first.
+        self.engine.core.permits.remove(&record).then_some(record)
     }
 
     /// Gives the permits back now.
@@ -584,7 +641,9 @@ impl OwnedPermits {
             return Ok(());
         };
         let name = record.keys.name.clone();
-        if record.hold.is_gone() {
+        // (Expirable permits are given back even when known lost: a failed
+        // renewal of one id leaves the others held until their lease ends.)
+        if record.hold.is_gone() && record.keys.kind == SemKind::Plain {
             return Err(Error::Lost { name });
         }
         let valid_at_release = record.hold.is_valid();
@@ -630,7 +689,7 @@ impl Drop for OwnedPermits {
         let Some(record) = self.take() else {
             return;
         };
-        if record.hold.is_gone() {
+        if record.hold.is_gone() && record.keys.kind == SemKind::Plain {
             return;
         }
         let core = self.engine.core.clone();

@@ -118,6 +118,7 @@ fn is_helper_name(key: &str) -> bool {
         super::sem_keys::LINE_KIND,
         super::sem_keys::ALIVE_KIND,
         super::sem_keys::SEM_REQUEST_KIND,
+        super::sem_keys::GRANTS_KIND,
         super::sem_keys::LATCH_REQUEST_KIND,
     ]
     .iter()

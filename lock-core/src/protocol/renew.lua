@@ -6,9 +6,9 @@
 -- reader's own timeout keys '<prefix>:<owner>:rwlock_timeout:<n>' are
 -- renewed too (never another owner's: Redisson renews every reader's);
 -- or for permits of an expirable semaphore (KEYS[i] its sorted set of
--- permit ids) NUL followed by the ids, comma-separated: each id still in
--- the set and not expired gets the expiry now + lease (never earlier than
--- it had); renewed only when every id was.
+-- permit ids, 16 bytes each) NUL followed by the ids in hex, 32 digits
+-- each: each id still in the set and not expired gets the expiry
+-- now + lease (never earlier than it had); renewed only when every id was.
 -- Returns one character per lock, as one string: '1' renewed, '0' the owner
 -- no longer holds it (a string: one reply value to build and parse, not
 -- one per lock).
@@ -21,7 +21,8 @@ local function renew_permits(key, ids)
     now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
   end
   local renewed = '1'
-  for id in string.gmatch(ids, '[^,]+') do
+  for hex in string.gmatch(ids, '%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x%x') do
+    local id = string.gsub(hex, '%x%x', function(h) return string.char(tonumber(h, 16)) end)
     local expiry = tonumber(redis.call('zscore', key, id) or '0')
     if expiry > now then
       if expiry < now + lease then

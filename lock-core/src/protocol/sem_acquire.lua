@@ -5,22 +5,25 @@
 -- channel, KEYS[4] lock-core's line of waiting acquisitions (sorted set:
 -- member '<n>:<waiter>', score the time it began to wait), KEYS[5] when
 -- each of them stops counting as alive (same members), KEYS[6] the
--- request's latch (lock-core's own: a late copy of a cancelled request is
--- refused, a repeated one applied once)
+-- request's latch (lock-core's own: set once the request is over —
+-- refused, cancelled, or its permits given back — so that a late copy is
+-- refused), KEYS[7] the plain kind's grants (hash: request id -> n; lock-core's
+-- own: a give-back applies only by deleting its grant)
 -- ARGV[1] n, ARGV[2] lease in ms (0: the plain kind, no ids), ARGV[3] the
 -- acquisition's member of the line ('' when it never waits), ARGV[4] how
 -- long it counts as alive in the line without asking again (ms), ARGV[5]
 -- '1' to join the line when refused, ARGV[6] the latch's life (ms),
--- ARGV[7] the publish command, ARGV[8..] the n permit ids (expirable kind)
--- Returns {1, available after} granted, {0, available, ms until the
--- nearest permit expires or -1} refused, {-2, 0} the request was
--- cancelled (a late copy).
+-- ARGV[7] the publish command, ARGV[8] the request id, ARGV[9..] the n
+-- permit ids (expirable kind: 16 bytes each, as Redisson stores them)
+-- Returns {1, available after} granted (also to a repeated copy of a
+-- granted request, which changes nothing), {0, available, ms until the
+-- nearest permit expires or -1} refused, {-2, 0} the request is over (a
+-- late copy).
 -- Turns: permits go to the line's acquisitions in their order; one that
 -- does not fit blocks everyone behind it (a client asking for n is never
 -- starved by clients asking for 1). Redisson's clients do not know the
 -- line and take what is there.
-local latch = redis.call('get', KEYS[6])
-if latch == 'cancelled' then
+if redis.call('exists', KEYS[6]) == 1 then
   return {-2, 0}
 end
 local function available()
@@ -34,11 +37,15 @@ local function available()
   end
   return n
 end
-if latch then
-  return {1, available()}
-end
 local n = tonumber(ARGV[1])
 local lease = tonumber(ARGV[2])
+if lease > 0 then
+  if redis.call('zscore', KEYS[2], ARGV[9]) then
+    return {1, available()}
+  end
+elseif redis.call('hexists', KEYS[7], ARGV[8]) == 1 then
+  return {1, available()}
+end
 local member = ARGV[3]
 local t = redis.call('time')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -50,7 +57,9 @@ if lease > 0 then
       redis.call('zrem', KEYS[2], id)
     end
     local v = redis.call('incrby', KEYS[1], #expired)
-    redis.pcall(ARGV[7], KEYS[3], v)
+    if v > 0 then
+      redis.pcall(ARGV[7], KEYS[3], v)
+    end
   end
 end
 -- acquisitions that stopped asking leave the line
@@ -84,21 +93,24 @@ if fits() then
   redis.call('decrby', KEYS[1], n)
   if lease > 0 then
     local expiry = now + lease
-    for i = 8, 7 + n do
+    for i = 9, 8 + n do
       redis.call('zadd', KEYS[2], expiry, ARGV[i])
     end
     local ttl = redis.call('pttl', KEYS[1])
     if ttl > 0 then
       redis.call('pexpire', KEYS[2], ttl)
     end
+  else
+    redis.call('hset', KEYS[7], ARGV[8], n)
   end
   if member ~= '' then
     redis.call('zrem', KEYS[4], member)
     redis.call('zrem', KEYS[5], member)
   end
-  redis.call('set', KEYS[6], n, 'px', ARGV[6])
   return {1, avail - n}
 end
+-- this request is over: a late copy of it must not be granted
+redis.call('set', KEYS[6], 'refused', 'px', ARGV[6])
 if member ~= '' and ARGV[5] == '1' then
   local alive = tonumber(ARGV[4])
   redis.call('zadd', KEYS[4], 'nx', now, member)

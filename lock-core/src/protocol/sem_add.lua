@@ -1,15 +1,11 @@
--- Add permits to a semaphore's counter: the release of a plain permit
--- guard (n > 0), Semaphore::add_permits (n may be negative; never below
--- zero), or a look at the expirable kind's counter (n = 0: expired permits
--- come back first).
+-- Add permits to a semaphore's counter: Semaphore::add_permits (n may be
+-- negative; never below zero), or a look at the expirable kind's counter
+-- (n = 0: expired permits come back first).
 -- KEYS[1] the counter, KEYS[2] the expirable kind's sorted set of permit
 -- ids, KEYS[3] the channel, KEYS[4] the request's latch (applied once: a
--- retry after a lost reply finds it), KEYS[5] the latch of the acquisition
--- whose permits this releases (marked so that a late copy of that
--- acquisition is refused), or KEYS[4] again
+-- retry after a lost reply finds it)
 -- ARGV[1] n, ARGV[2] '1' the expirable kind (reclaim expired ids first),
--- ARGV[3] the request latch's life (ms), ARGV[4] the publish command,
--- ARGV[5] how long the acquisition's latch refuses a late copy (ms)
+-- ARGV[3] the request latch's life (ms), ARGV[4] the publish command
 -- Returns {1, available after} applied, {0, available} applied before (a
 -- retry), {-1, available} refused: the counter would go below zero.
 local n = tonumber(ARGV[1])
@@ -28,7 +24,9 @@ if ARGV[2] == '1' then
       redis.call('zrem', KEYS[2], id)
     end
     local v = redis.call('incrby', KEYS[1], #expired)
-    redis.pcall(ARGV[4], KEYS[3], v)
+    if v > 0 then
+      redis.pcall(ARGV[4], KEYS[3], v)
+    end
   end
 end
 local v = available()
@@ -43,10 +41,7 @@ if v + n < 0 then
 end
 v = redis.call('incrby', KEYS[1], n)
 redis.call('set', KEYS[4], '1', 'px', ARGV[3])
-if KEYS[5] ~= KEYS[4] then
-  redis.call('set', KEYS[5], 'cancelled', 'px', ARGV[5])
-end
-if n > 0 then
+if n > 0 and v > 0 then
   redis.pcall(ARGV[4], KEYS[3], v)
 end
 return {1, v}

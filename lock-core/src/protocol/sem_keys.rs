@@ -15,6 +15,9 @@ pub(crate) const LINE_KIND: &str = "lockcore_sem_line";
 pub(crate) const ALIVE_KIND: &str = "lockcore_sem_alive";
 /// Request latches of semaphore calls (applied at most once).
 pub(crate) const SEM_REQUEST_KIND: &str = "lockcore_sem_req";
+/// The plain kind's grants: request id -> permits (a give-back applies
+/// only by deleting its grant).
+pub(crate) const GRANTS_KIND: &str = "lockcore_sem_grants";
 /// Request latches of count-downs.
 pub(crate) const LATCH_REQUEST_KIND: &str = "lockcore_latch_req";
 /// Redisson's latch channel prefix: always `<this>{<name>}`, no colon.
@@ -44,6 +47,8 @@ pub(crate) struct SemKeys {
     pub(crate) line: String,
     /// `lockcore_sem_alive:{<counter>}`.
     pub(crate) alive: String,
+    /// `lockcore_sem_grants:{<counter>}`.
+    pub(crate) grants: String,
     /// `lockcore_sem_req:{<counter>}:`: prefix of request latches.
     request_prefix: String,
     pub(crate) kind: SemKind,
@@ -67,6 +72,7 @@ impl SemKeys {
             name: name.to_string(),
             line: prefixed(LINE_KIND, &counter),
             alive: prefixed(ALIVE_KIND, &counter),
+            grants: prefixed(GRANTS_KIND, &counter),
             request_prefix: format!("{}:", prefixed(SEM_REQUEST_KIND, &counter)),
             timeout,
             channel,
@@ -137,6 +143,7 @@ mod tests {
         assert_eq!(k.timeout, "{jobs}:timeout");
         assert_eq!(k.channel, "redisson_sc:{jobs}");
         assert_eq!(k.line, "lockcore_sem_line:{jobs}");
+        assert_eq!(k.grants, "lockcore_sem_grants:{jobs}");
         assert_eq!(k.request("r1"), "lockcore_sem_req:{jobs}:r1");
         assert_eq!(k.hold_keys.lock, "{jobs}:timeout");
         let tagged = SemKeys::new("app:", "a{t}", 100, SemKind::Plain)?;

@@ -2,7 +2,7 @@
 -- release, a shutdown's).
 -- KEYS[1] the counter, KEYS[2] the sorted set of permit ids by expiry,
 -- KEYS[3] the channel
--- ARGV[1] the publish command, ARGV[2..] the permit ids
+-- ARGV[1] the publish command, ARGV[2..] the permit ids (16 bytes each)
 -- Expired ids come back first (as in every script of the kind), so an id
 -- past its expiry is not released here: it was reclaimed. Each id is
 -- removed once, so a retry after a lost reply finds it gone.
@@ -22,7 +22,9 @@ back = back + released
 local v
 if back > 0 then
   v = redis.call('incrby', KEYS[1], back)
-  redis.pcall(ARGV[1], KEYS[3], v)
+  if v > 0 then
+    redis.pcall(ARGV[1], KEYS[3], v)
+  end
 else
   v = tonumber(redis.call('get', KEYS[1]) or '0')
 end

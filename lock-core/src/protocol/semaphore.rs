@@ -24,10 +24,13 @@ pub(crate) struct SemAcquireCall<'a> {
     pub(crate) alive_ms: u64,
     /// Join the line when refused.
     pub(crate) join: bool,
-    pub(crate) latch_ms: u64,
+    /// How long the latch refuses a late copy of a refused request.
+    pub(crate) refuse_ms: u64,
     pub(crate) publish: &'static str,
-    /// The permit ids (expirable kind): `n` of them.
-    pub(crate) ids: &'a [String],
+    /// The request id (the plain kind's grant).
+    pub(crate) request: &'a str,
+    /// The permit ids (expirable kind): `n` of them, 16 bytes each.
+    pub(crate) ids: &'a [[u8; 16]],
 }
 
 impl SemAcquireCall<'_> {
@@ -45,6 +48,7 @@ impl SemAcquireCall<'_> {
                 k.line.as_str(),
                 k.alive.as_str(),
                 self.latch,
+                k.grants.as_str(),
             ],
             (
                 self.n,
@@ -52,12 +56,13 @@ impl SemAcquireCall<'_> {
                 self.member,
                 self.alive_ms,
                 if self.join { "1" } else { "0" },
-                self.latch_ms,
+                self.refuse_ms,
                 self.publish,
+                self.request,
             ),
         );
         if k.kind == SemKind::Expirable {
-            cmd.arg(self.ids);
+            add_ids(&mut cmd, self.ids);
         }
         cmd
     }
@@ -101,13 +106,8 @@ pub(crate) struct SemAddCall<'a> {
     pub(crate) keys: &'a SemKeys,
     /// The request's latch key.
     pub(crate) latch: &'a str,
-    /// The latch of the acquisition whose permits come back (marked so that
-    /// a late copy of it is refused), if any.
-    pub(crate) acquisition: Option<&'a str>,
     pub(crate) n: i64,
     pub(crate) latch_ms: u64,
-    /// How long the acquisition's latch refuses a late copy.
-    pub(crate) refuse_ms: u64,
     pub(crate) publish: &'static str,
 }
 
@@ -120,7 +120,6 @@ impl SemAddCall<'_> {
                 k.timeout.as_str(),
                 k.channel.as_str(),
                 self.latch,
-                self.acquisition.unwrap_or(self.latch),
             ],
             (
                 self.n,
@@ -131,7 +130,6 @@ impl SemAddCall<'_> {
                 },
                 self.latch_ms,
                 self.publish,
-                self.refuse_ms,
             ),
         )
     }
@@ -164,7 +162,7 @@ impl SemAddReply {
 pub(crate) struct PermitReleaseCall<'a> {
     pub(crate) keys: &'a SemKeys,
     pub(crate) publish: &'static str,
-    pub(crate) ids: &'a [String],
+    pub(crate) ids: &'a [[u8; 16]],
 }
 
 impl PermitReleaseCall<'_> {
@@ -174,7 +172,7 @@ impl PermitReleaseCall<'_> {
             &[k.counter.as_str(), k.timeout.as_str(), k.channel.as_str()],
             self.publish,
         );
-        cmd.arg(self.ids);
+        add_ids(&mut cmd, self.ids);
         cmd
     }
 }
@@ -190,16 +188,18 @@ pub(crate) fn parse_permit_release(reply: &Value) -> Result<usize> {
     }
 }
 
-/// Undoes an acquisition whose reply was lost (see `sem_cancel.lua`).
+/// Gives back one acquisition's permits (see `sem_cancel.lua`): the
+/// cancellation of an acquire whose reply was lost, a plain release.
 #[derive(Debug)]
 pub(crate) struct SemCancelCall<'a> {
     pub(crate) keys: &'a SemKeys,
+    /// The acquisition's latch key and request id.
     pub(crate) latch: &'a str,
-    pub(crate) n: u32,
+    pub(crate) request: &'a str,
     pub(crate) member: &'a str,
     pub(crate) refuse_ms: u64,
     pub(crate) publish: &'static str,
-    pub(crate) ids: &'a [String],
+    pub(crate) ids: &'a [[u8; 16]],
 }
 
 impl SemCancelCall<'_> {
@@ -213,9 +213,9 @@ impl SemCancelCall<'_> {
                 k.line.as_str(),
                 k.alive.as_str(),
                 self.latch,
+                k.grants.as_str(),
             ],
             (
-                self.n,
                 if k.kind == SemKind::Expirable {
                     "1"
                 } else {
@@ -224,10 +224,11 @@ impl SemCancelCall<'_> {
                 self.member,
                 self.refuse_ms,
                 self.publish,
+                self.request,
             ),
         );
         if k.kind == SemKind::Expirable {
-            cmd.arg(self.ids);
+            add_ids(&mut cmd, self.ids);
         }
         cmd
     }
@@ -290,6 +291,13 @@ pub(crate) fn parse_count_down(reply: &Value) -> Result<(bool, u64)> {
             u64::try_from(*count).map_err(|_| unexpected("latch count-down", reply))?,
         )),
         _ => Err(unexpected("latch count-down", reply)),
+    }
+}
+
+/// Appends permit ids, each one argument of 16 bytes.
+fn add_ids(cmd: &mut Cmd, ids: &[[u8; 16]]) {
+    for id in ids {
+        cmd.arg(&id[..]);
     }
 }
 

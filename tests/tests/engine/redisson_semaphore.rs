@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use futures_util::StreamExt;
 
-use crate::support::redisson_sem::{RedissonLatch, RedissonSemaphore, NO_LEASE};
+use crate::support::redisson_sem::{hex_id, raw_id, RedissonLatch, RedissonSemaphore, NO_LEASE};
 use crate::support::{self, cmd, raw, within};
 
 async fn subscribed(server: &lock_tests::RedisServer, channel: &str) -> redis::aio::PubSub {
@@ -78,13 +78,15 @@ async fn expirable_permits_are_ids_scored_by_expiry_and_reclaimed_when_they_laps
     assert_eq!(a.expirable_acquire(now, now + 300, &[id(1)]).await, Ok(()));
     assert_eq!(b.expirable_acquire(now, NO_LEASE, &[id(2)]).await, Ok(()));
     let mut conn = raw(&server).await;
-    let scores: Vec<(String, i64)> = cmd(
+    let scores: Vec<(Vec<u8>, i64)> = cmd(
         &mut conn,
         &["ZRANGE", "{sem:exp}:timeout", "0", "-1", "WITHSCORES"],
     )
     .await;
+    let scores: Vec<(String, i64)> = scores.into_iter().map(|(m, s)| (hex_id(&m), s)).collect();
     assert_eq!(scores, [(id(1), now + 300), (id(2), NO_LEASE)]);
     assert_eq!(id(1).len(), 32, "ids shown as 32 hex characters");
+    assert_eq!(raw_id(&id(1)).len(), 16, "stored as 16 bytes");
     // none left: the nearest expiry is answered
     assert_eq!(
         b.expirable_acquire(now_ms(), NO_LEASE, &[id(3)]).await,

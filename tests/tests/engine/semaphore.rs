@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use lock_core::{AcquireOptions, Error};
 
-use crate::support::redisson_sem::{RedissonLatch, RedissonSemaphore};
+use crate::support::redisson_sem::{raw_id, RedissonLatch, RedissonSemaphore};
 use crate::support::{self, cmd, raw, within};
 
 async fn get_int(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> i64 {
@@ -247,7 +247,7 @@ async fn expirable_permits_are_renewed_and_come_back_after_their_lease() {
     assert!(renewed.is_held(), "the watchdog renews it past its lease");
     let score: Option<f64> = redis::cmd("ZSCORE")
         .arg("{sem:x}:timeout")
-        .arg(&renewed.ids()[0])
+        .arg(raw_id(&renewed.ids()[0]))
         .query_async(&mut obs)
         .await
         .expect("ZSCORE");
@@ -284,7 +284,12 @@ async fn a_lost_permit_is_reported_and_nothing_is_given_back_twice() {
     sem.try_set_permits(1).await.expect("set");
     let p = sem.acquire(1).await.expect("one");
     // someone removes the id (as an expiry reclaim would) and keeps the count
-    let _: i64 = cmd(&mut obs, &["ZREM", "{sem:lost}:timeout", &p.ids()[0]]).await;
+    let _: i64 = redis::cmd("ZREM")
+        .arg("{sem:lost}:timeout")
+        .arg(raw_id(&p.ids()[0]))
+        .query_async(&mut obs)
+        .await
+        .expect("ZREM");
     within(Duration::from_secs(3), "lost", p.lost()).await;
     assert!(!p.is_held());
     assert!(matches!(p.release().await, Err(Error::Lost { .. })));
@@ -421,4 +426,133 @@ async fn a_lost_message_never_hangs_a_waiter() {
         .await
         .expect("task")
         .expect("opened");
+}
+
+/// A shutdown racing guards that are dropped on other threads gives every
+/// plain permit back once: whoever takes a guard's record gives it back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_shutdown_racing_drops_gives_each_permit_back_once() {
+    let env = support::env(1000);
+    let mut obs = raw(&env.server).await;
+    let sem = env.client.semaphore("sem:race").expect("name");
+    sem.try_set_permits(400).await.expect("set");
+    let mut guards = Vec::new();
+    for _ in 0..400 {
+        guards.push(sem.try_acquire(1).await.expect("try").expect("free"));
+    }
+    assert_eq!(get_int(&mut obs, "sem:race").await, 0);
+    let mut chunks: Vec<Vec<_>> = Vec::new();
+    while !guards.is_empty() {
+        let rest = guards.split_off(guards.len().saturating_sub(50));
+        chunks.push(rest);
+    }
+    let droppers: Vec<_> = chunks
+        .into_iter()
+        .map(|chunk| std::thread::spawn(move || drop(chunk)))
+        .collect();
+    let report = env.client.shutdown(Duration::from_secs(10)).await;
+    for d in droppers {
+        d.join().expect("dropper");
+    }
+    assert!(report.is_complete(), "{report:?}");
+    within(Duration::from_secs(5), "settled", async {
+        while get_int(&mut obs, "sem:race").await < 400 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert_eq!(
+        get_int(&mut obs, "sem:race").await,
+        400,
+        "no permit given back twice"
+    );
+}
+
+/// Acquisitions cancelled while their first attempt is in flight leave no
+/// place in the line behind them: a free permit goes to the next asker.
+#[tokio::test]
+async fn cancelled_acquisitions_leave_the_line() {
+    let env = support::env(1000);
+    let mut obs = raw(&env.server).await;
+    let sem = env.client.permit_semaphore("sem:cancel").expect("name");
+    sem.try_set_permits(1).await.expect("set");
+    let held = sem.acquire(1).await.expect("one");
+    for i in 0..40u64 {
+        let cut = Duration::from_micros(i * 50);
+        let _ = tokio::time::timeout(cut, sem.acquire(1)).await;
+    }
+    held.release().await.expect("release");
+    let other = support::client_for(&env.server, 1000);
+    let p = other
+        .permit_semaphore("sem:cancel")
+        .expect("name")
+        .acquire_timeout(1, Duration::from_millis(1500))
+        .await
+        .expect("the free permit, not blocked by dead places");
+    p.release().await.expect("release");
+    within(Duration::from_secs(3), "line empty", async {
+        while zcard(&mut obs, "lockcore_sem_line:{sem:cancel}").await > 0 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    })
+    .await;
+    assert_eq!(get_int(&mut obs, "sem:cancel").await, 1, "conserved");
+}
+
+#[tokio::test]
+async fn leases_that_leave_no_time_are_refused() {
+    let env = support::env(1000);
+    let sem = env.client.permit_semaphore("sem:lease").expect("name");
+    sem.try_set_permits(1).await.expect("set");
+    for lease in [Duration::from_millis(2), Duration::MAX] {
+        let err = sem
+            .acquire_with(1, AcquireOptions::new().no_wait().lease(lease))
+            .await
+            .expect_err("refused");
+        assert!(
+            matches!(err, Error::InvalidArgument(_)),
+            "{lease:?}: {err:?}"
+        );
+    }
+    assert!(matches!(
+        sem.try_set_permits(u64::MAX).await,
+        Err(Error::InvalidArgument(_))
+    ));
+    assert_eq!(
+        sem.available().await.expect("available"),
+        1,
+        "nothing taken"
+    );
+}
+
+/// Only positive counts are published (Redisson's listener refuses a
+/// negative one): a release that leaves the counter at or below zero
+/// (Java took permits away) publishes nothing.
+#[tokio::test]
+async fn no_count_at_or_below_zero_is_published() {
+    use futures_util::StreamExt;
+    let env = support::env(1000);
+    let sem = env.client.permit_semaphore("sem:neg").expect("name");
+    sem.try_set_permits(1).await.expect("set");
+    let p = sem.acquire(1).await.expect("one");
+    let mut java = RedissonSemaphore::new(raw(&env.server).await, "sem:neg");
+    assert_eq!(java.add(-2).await, -2);
+    let client = redis::Client::open(env.server.url()).expect("url");
+    let mut pubsub = client.get_async_pubsub().await.expect("pubsub");
+    pubsub
+        .subscribe("redisson_sc:{sem:neg}")
+        .await
+        .expect("subscribe");
+    p.release().await.expect("release");
+    assert_eq!(java.add(3).await, 2);
+    let mut stream = pubsub.on_message();
+    let first = within(Duration::from_secs(2), "message", stream.next())
+        .await
+        .expect("message");
+    assert_eq!(
+        first.get_payload_bytes(),
+        b"2",
+        "the release's -1 was not published"
+    );
 }

@@ -41,6 +41,7 @@ const KEYS: &[&str] = &[
     "~lockcore_sem_line:{app:*",
     "~lockcore_sem_alive:{app:*",
     "~lockcore_sem_req:{app:*",
+    "~lockcore_sem_grants:{app:*",
     "~redisson_countdownlatch__channel__{app:*",
     "~lockcore_latch_req:{app:*",
 ];

@@ -5,7 +5,10 @@
 //! set `{<name>}:timeout` of permit ids scored by their absolute expiry in
 //! ms, expired ids reclaimed first; the channels `redisson_sc:{<name>}` and
 //! `redisson_countdownlatch__channel__{<name>}`), implemented here in this
-//! project's own scripts from that description.
+//! project's own scripts from that description. Permit ids are 16 bytes in
+//! the set (Redisson decodes the 32 hex digits it shows before it stores,
+//! renews or releases one); the methods here take them in hex, as
+//! Redisson's API does.
 
 use redis::aio::MultiplexedConnection;
 use redis::Script;
@@ -152,6 +155,18 @@ fn braced(name: &str) -> String {
     }
 }
 
+/// The 16 bytes of a permit id shown as 32 hex digits.
+pub fn raw_id(hex: &str) -> Vec<u8> {
+    (0..hex.len() / 2)
+        .map(|i| u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).expect("hex id"))
+        .collect()
+}
+
+/// The 32 hex digits of a permit id as stored (16 bytes).
+pub fn hex_id(raw: &[u8]) -> String {
+    raw.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// One Redisson client of a semaphore (plain or expirable) called `name`.
 pub struct RedissonSemaphore {
     pub conn: MultiplexedConnection,
@@ -187,11 +202,11 @@ impl RedissonSemaphore {
             .unwrap_or_else(|e| panic!("semaphore script: {e}"))
     }
 
-    async fn run_with_channel(
+    async fn run_with_channel<A: redis::ToRedisArgs>(
         &mut self,
         script: &str,
         extra_keys: bool,
-        args: &[String],
+        args: &[A],
     ) -> redis::Value {
         let source = if extra_keys {
             format!("{RECLAIM}\n{script}")
@@ -241,8 +256,11 @@ impl RedissonSemaphore {
         expiry: i64,
         ids: &[String],
     ) -> Result<(), Option<i64>> {
-        let mut args = vec![now_ms.to_string(), expiry.to_string()];
-        args.extend(ids.iter().cloned());
+        let mut args = vec![
+            now_ms.to_string().into_bytes(),
+            expiry.to_string().into_bytes(),
+        ];
+        args.extend(ids.iter().map(|id| raw_id(id)));
         match self.run_with_channel(EXPIRABLE_ACQUIRE, true, &args).await {
             redis::Value::Okay => Ok(()),
             redis::Value::SimpleString(s) if s == "OK" => Ok(()),
@@ -264,7 +282,7 @@ impl RedissonSemaphore {
         self.run_with_channel(
             EXPIRABLE_RELEASE,
             true,
-            &[now_ms.to_string(), id.to_string()],
+            &[now_ms.to_string().into_bytes(), raw_id(id)],
         )
         .await
             == redis::Value::Int(1)
@@ -275,7 +293,11 @@ impl RedissonSemaphore {
         self.run_with_channel(
             UPDATE_LEASE,
             true,
-            &[now_ms.to_string(), id.to_string(), expiry.to_string()],
+            &[
+                now_ms.to_string().into_bytes(),
+                raw_id(id),
+                expiry.to_string().into_bytes(),
+            ],
         )
         .await
             == redis::Value::Int(1)
