@@ -3,6 +3,10 @@
 //! offset, late and lost replies, releases applied once, a guard's
 //! validity, wait bounds, traffic lanes, fast and clear failures, and the
 //! fault proxy itself under a real client.
+//!
+//! The semaphores and the count-down latch: `sem_cut_faults`, each of
+//! their scripts cut at every byte offset (never a permit created or lost,
+//! a count-down applied at most once).
 
 mod support;
 
@@ -16,6 +20,7 @@ mod faults {
     mod release_once;
     mod rw_cut_faults;
     mod rw_faults;
+    mod sem_cut_faults;
     mod validity;
     mod wait_bounds;
 }
