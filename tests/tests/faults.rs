@@ -6,7 +6,9 @@
 //!
 //! The semaphores and the count-down latch: `sem_cut_faults`, each of
 //! their scripts cut at every byte offset (never a permit created or lost,
-//! a count-down applied at most once).
+//! a count-down applied at most once); `sem_faults`, both kinds under a
+//! load while replies are lost or late, connections cut and proxies black
+//! holed (never more than N inside, every permit back at the end).
 
 mod support;
 
@@ -21,6 +23,7 @@ mod faults {
     mod rw_cut_faults;
     mod rw_faults;
     mod sem_cut_faults;
+    mod sem_faults;
     mod validity;
     mod wait_bounds;
 }
