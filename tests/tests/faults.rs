@@ -8,7 +8,9 @@
 //! their scripts cut at every byte offset (never a permit created or lost,
 //! a count-down applied at most once); `sem_faults`, both kinds under a
 //! load while replies are lost or late, connections cut and proxies black
-//! holed (never more than N inside, every permit back at the end).
+//! holed (never more than N inside, every permit back at the end);
+//! `sem_shutdown`, a client's shutdown gives every permit back once and
+//! ends its waiters with `Error::Closed`.
 
 mod support;
 
@@ -24,6 +26,7 @@ mod faults {
     mod rw_faults;
     mod sem_cut_faults;
     mod sem_faults;
+    mod sem_shutdown;
     mod validity;
     mod wait_bounds;
 }
