@@ -10,7 +10,9 @@
 //! load while replies are lost or late, connections cut and proxies black
 //! holed (never more than N inside, every permit back at the end);
 //! `sem_shutdown`, a client's shutdown gives every permit back once and
-//! ends its waiters with `Error::Closed`.
+//! ends its waiters with `Error::Closed`; `sem_kill`, child processes
+//! killed (SIGKILL) while holding permits: never more than N inside, the
+//! expirable kind's permits back after one lease, the plain kind's lost.
 
 mod support;
 
@@ -26,6 +28,7 @@ mod faults {
     mod rw_faults;
     mod sem_cut_faults;
     mod sem_faults;
+    mod sem_kill;
     mod sem_shutdown;
     mod validity;
     mod wait_bounds;
