@@ -12,7 +12,10 @@
 //! `sem_shutdown`, a client's shutdown gives every permit back once and
 //! ends its waiters with `Error::Closed`; `sem_kill`, child processes
 //! killed (SIGKILL) while holding permits: never more than N inside, the
-//! expirable kind's permits back after one lease, the plain kind's lost.
+//! expirable kind's permits back after one lease, the plain kind's lost;
+//! `sem_cancellation`, acquisitions dropped at every await (by time and
+//! by polls) give every permit back; `sem_line`, places in the line that
+//! outlive their acquisitions (ignored: they fail on lock-core as it is).
 
 mod support;
 
@@ -26,9 +29,11 @@ mod faults {
     mod release_once;
     mod rw_cut_faults;
     mod rw_faults;
+    mod sem_cancellation;
     mod sem_cut_faults;
     mod sem_faults;
     mod sem_kill;
+    mod sem_line;
     mod sem_shutdown;
     mod validity;
     mod wait_bounds;
