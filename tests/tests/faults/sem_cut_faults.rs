@@ -308,18 +308,40 @@ async fn cancel_cut_everywhere(kind: Kind) {
     let name = format!("sem-cut-cancel-{}", kind.label());
     r.semaphore(kind, &name).await;
     let cancel = || script(sem_cancel_sha(), &name);
+    let acquire = || script(sem_acquire_sha(), &name);
+    // the acquire script loaded (a reply cut on a NOSCRIPT error would
+    // never let the client load it: no grant would ever be cancelled), and
+    // the length of a grant's reply
+    AnySem::of(&r.other, kind, &name)
+        .acquire(1)
+        .await
+        .expect("loads the script")
+        .release()
+        .await
+        .expect("release");
+    let granted = r.proxy.observe_next(acquire());
+    let c = r.through();
+    AnySem::of(&c, kind, &name)
+        .try_acquire(1)
+        .await
+        .expect("probe")
+        .expect("free")
+        .release()
+        .await
+        .expect("release");
+    shut(&c, "probe").await;
+    let granted_len = granted.reply_len().expect("a grant's reply length");
     let lost_reply = Fault::CutReply {
         after: 0,
         how: CutKind::Rst,
     };
     let (command_len, reply_len) = lengths(&r.proxy, cancel(), || async {
         let c = r.through();
-        let lost = r
-            .proxy
-            .fault_next(script(sem_acquire_sha(), &name), lost_reply.clone());
+        let lost = r.proxy.fault_next(acquire(), lost_reply.clone());
         let outcome = AnySem::of(&c, kind, &name).try_acquire(1).await;
         assert!(outcome.is_err(), "the reply was lost: {outcome:?}");
         assert!(lost.wait_fired(Duration::from_secs(2)));
+        assert_eq!(lost.reply_len(), Some(granted_len), "a grant was lost");
         shut(&c, "probe").await;
         conserved(&r.conn, kind, &name, N, &[], "probe").await;
     })
@@ -328,9 +350,7 @@ async fn cancel_cut_everywhere(kind: Kind) {
     let mut cases = 0;
     for (label, fault) in sampled(command_len, reply_len, EVERY) {
         let c = r.through();
-        let lost = r
-            .proxy
-            .fault_next(script(sem_acquire_sha(), &name), lost_reply.clone());
+        let lost = r.proxy.fault_next(acquire(), lost_reply.clone());
         let cut = r.proxy.fault_next(cancel(), fault);
         let outcome = within(
             Duration::from_secs(5),
@@ -341,6 +361,11 @@ async fn cancel_cut_everywhere(kind: Kind) {
         assert!(
             lost.wait_fired(Duration::from_secs(2)),
             "{label}: the reply was lost"
+        );
+        assert_eq!(
+            lost.reply_len(),
+            Some(granted_len),
+            "{label}: the reply lost was a grant's"
         );
         assert!(outcome.is_err(), "{label}: {outcome:?}");
         assert!(
