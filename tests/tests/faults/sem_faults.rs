@@ -239,7 +239,7 @@ async fn under_faults(kind: Kind) {
         started.elapsed()
     );
     assert_eq!(violations, 0, "more than {N} permits inside");
-    assert!(max <= N && max >= 2, "most inside: {max}");
+    assert!((2..=N).contains(&max), "most inside: {max}");
     assert!(back.is_some(), "not conserved: {end:?}");
     assert_eq!(end.available, N, "{end:?}");
     assert!(fired >= 10, "faults fired: {fired}");
