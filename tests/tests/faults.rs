@@ -3,6 +3,19 @@
 //! offset, late and lost replies, releases applied once, a guard's
 //! validity, wait bounds, traffic lanes, fast and clear failures, and the
 //! fault proxy itself under a real client.
+//!
+//! The semaphores and the count-down latch: `sem_cut_faults`, each of
+//! their scripts cut at every byte offset (never a permit created or lost,
+//! a count-down applied at most once); `sem_faults`, both kinds under a
+//! load while replies are lost or late, connections cut and proxies black
+//! holed (never more than N inside, every permit back at the end);
+//! `sem_shutdown`, a client's shutdown gives every permit back once and
+//! ends its waiters with `Error::Closed`; `sem_kill`, child processes
+//! killed (SIGKILL) while holding permits: never more than N inside, the
+//! expirable kind's permits back after one lease, the plain kind's lost;
+//! `sem_cancellation`, acquisitions dropped at every await (by time and
+//! by polls) give every permit back; `sem_line`, places in the line that
+//! outlive their acquisitions (ignored: they fail on lock-core as it is).
 
 mod support;
 
@@ -16,6 +29,12 @@ mod faults {
     mod release_once;
     mod rw_cut_faults;
     mod rw_faults;
+    mod sem_cancellation;
+    mod sem_cut_faults;
+    mod sem_faults;
+    mod sem_kill;
+    mod sem_line;
+    mod sem_shutdown;
     mod validity;
     mod wait_bounds;
 }

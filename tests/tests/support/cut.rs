@@ -27,6 +27,25 @@ pub fn faults(command_len: usize, reply_len: usize) -> Vec<(String, Fault)> {
     out
 }
 
+/// Like [`faults`], sampled: every offset of the reply and the last three
+/// of the command (its final bytes, `\r` and `\n`: whole or not), and of
+/// the rest of the command every `every`-th offset, FIN and RST at offsets
+/// `every / 2` apart (so that together they cover every
+/// `every / 2`-th byte). For sweeps that would take too long at every byte.
+pub fn sampled(command_len: usize, reply_len: usize, every: usize) -> Vec<(String, Fault)> {
+    let every = every.max(1);
+    faults(command_len, reply_len)
+        .into_iter()
+        .filter(|(_, fault)| match fault {
+            Fault::CutCommand { after, how } => {
+                let phase = if *how == CutKind::Fin { 0 } else { every / 2 };
+                *after + 3 > command_len || after % every == phase
+            }
+            _ => true,
+        })
+        .collect()
+}
+
 /// The lengths of the next command matching `matcher` and of its reply,
 /// measured while `op` runs (after a first run that loads the script, so
 /// that the reply measured is not NOSCRIPT).

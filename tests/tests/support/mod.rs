@@ -9,6 +9,7 @@ pub mod cut;
 pub mod layer;
 pub mod redisson_rw;
 pub mod redisson_sem;
+pub mod sem;
 
 use std::collections::HashMap;
 use std::future::Future;
