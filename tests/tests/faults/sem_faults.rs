@@ -242,7 +242,7 @@ async fn under_faults(kind: Kind) {
     assert!((2..=N).contains(&max), "most inside: {max}");
     assert!(back.is_some(), "not conserved: {end:?}");
     assert_eq!(end.available, N, "{end:?}");
-    assert!(fired >= 10, "faults fired: {fired}");
+    assert!(fired >= 8, "faults fired: {fired}");
     assert!(holes >= 2, "black holes: {holes}");
     assert!(total.sections > 50, "sections ran: {}", total.sections);
     if kind == Kind::Plain {
