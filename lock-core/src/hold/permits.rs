@@ -325,9 +325,11 @@ impl SemTarget {
             Err(e) => {
                 if e.is_transient() {
                     // Applied or not, nobody knows: undone if it was, refused
-                    // if it arrives later. (The place in the line stays: the
-                    // acquisition keeps waiting, or leaves it when it stops.)
-                    self.spawn_cancel(latch, request, raw_ids, lease_ms);
+                    // if it arrives later. Its place in the line goes too (a
+                    // late copy arriving before the cancellation may have
+                    // put it back after the acquisition ended; one that
+                    // keeps waiting joins again at its next attempt).
+                    self.spawn_cancel(latch, request, member.to_string(), raw_ids, lease_ms);
                 }
                 return Err(e);
             }
@@ -347,7 +349,7 @@ impl SemTarget {
                     lease_time,
                 ) else {
                     tracing::debug!(semaphore = %self.keys.name, "permits granted after the grant's validity; giving them back");
-                    if let Err(e) = self.cancel(&latch, &request, &raw_ids, lease_ms).await {
+                    if let Err(e) = self.cancel(&latch, &request, "", &raw_ids, lease_ms).await {
                         tracing::warn!(semaphore = %self.keys.name, error = %e, "giving back late permits failed; they expire with their lease");
                     }
                     return Ok(Attempt::Expired);
@@ -387,6 +389,7 @@ impl SemTarget {
         &self,
         latch: &str,
         request: &str,
+        member: &str,
         ids: &[[u8; 16]],
         lease_ms: u64,
     ) -> Result<u64> {
@@ -396,7 +399,7 @@ impl SemTarget {
             keys: &self.keys,
             latch,
             request,
-            member: "",
+            member,
             refuse_ms: core.cancel_latch_ms(lease_ms),
             publish,
             ids,
@@ -409,12 +412,19 @@ impl SemTarget {
     }
 
     /// [`cancel`](Self::cancel) as background work.
-    fn spawn_cancel(&self, latch: String, request: String, ids: Vec<[u8; 16]>, lease_ms: u64) {
+    fn spawn_cancel(
+        &self,
+        latch: String,
+        request: String,
+        member: String,
+        ids: Vec<[u8; 16]>,
+        lease_ms: u64,
+    ) {
         let this = self.clone();
         let core = &self.engine.core;
         core.background.spawn_on(
             async move {
-                match this.cancel(&latch, &request, &ids, lease_ms).await {
+                match this.cancel(&latch, &request, &member, &ids, lease_ms).await {
                     Ok(0) => {}
                     Ok(back) => tracing::debug!(semaphore = %this.keys.name, back, "a semaphore acquisition with a lost reply was undone"),
                     Err(e) => {

@@ -4,9 +4,10 @@
 //! lapses (`alive_ms`: 3 s plus twice the command bound, 23 s with the
 //! default time-outs).
 //!
-//! Both tests fail on lock-core as it is (found by `sem_cancellation` and
-//! `sem_faults`) and are ignored until it is fixed; run them with
-//! `--ignored`.
+//! Both failed before the fix (found by `sem_cancellation` and
+//! `sem_faults`): a dropped acquisition now counts as in the line from its
+//! first attempt and leaves after its attempt in flight ended, and the
+//! cancellation of an attempt with a lost reply takes its place out too.
 
 use std::time::{Duration, Instant};
 
@@ -49,7 +50,6 @@ async fn nothing_left_in_line(server: &lock_tests::RedisServer, name: &str) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "lock-core: a waiter dropped while its first attempt is in flight leaves its place in the line"]
 async fn a_waiter_dropped_during_its_first_attempt_leaves_no_place_in_the_line() {
     let server = support::server();
     let proxy = FaultProxy::start(server.addr()).unwrap_or_else(|e| panic!("proxy: {e}"));
@@ -81,7 +81,6 @@ async fn a_waiter_dropped_during_its_first_attempt_leaves_no_place_in_the_line()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "lock-core: a late copy of an attempt that arrives before its cancellation puts the ended acquisition back in the line"]
 async fn a_late_copy_of_an_attempt_leaves_no_place_in_the_line() {
     let server = support::server();
     let proxy = FaultProxy::start(server.addr()).unwrap_or_else(|e| panic!("proxy: {e}"));
