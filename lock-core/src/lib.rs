@@ -111,6 +111,13 @@
 //! #[distributed_lock(key = "nightly-report", skip_if_locked)]
 //! async fn nightly_report() {}
 //!
+//! // at most 4 exports of one tenant at once: one permit of the expirable
+//! // semaphore "exports:{tenant}" of 4 permits (created when absent)
+//! #[distributed_lock(key = "exports:{tenant}", permits = 4)]
+//! async fn export(tenant: &str) -> Result<usize, ShopError> {
+//!     Ok(tenant.len())
+//! }
+//!
 //! #[tokio::main]
 //! async fn main() -> lock_core::Result<()> {
 //!     lock_core::install_default(LockClient::connect("redis://127.0.0.1:6379").await?)?;
@@ -512,6 +519,7 @@ mod hold;
 mod inspect;
 mod latch;
 mod lock;
+mod macro_permits;
 #[cfg(feature = "memory")]
 mod memory;
 #[cfg(feature = "memory")]

@@ -11,6 +11,9 @@
 //! nested annotated calls re-enter while sibling calls joined in the same
 //! task exclude each other) and releases. A body that panics, or a future
 //! dropped mid-body, drops the guard, which releases in the background.
+//!
+//! `permits = N` calls the `permitted*` counterparts instead, with a
+//! [`PermitHandle`] (the expirable semaphore `key` and its N permits).
 
 use std::borrow::Borrow;
 use std::future::Future;
@@ -21,6 +24,10 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::lock::Lock;
 
+pub use crate::macro_permits::{
+    client_permits, default_permits, permitted, permitted_cancel_on_lost, permitted_or_skip,
+    permitted_or_skip_result, PermitHandle,
+};
 pub use crate::options::{AcquireOptions, LockMode};
 pub use core::pin::pin;
 pub use core::time::Duration;

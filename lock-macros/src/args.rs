@@ -1,6 +1,6 @@
-//! The attribute's arguments: `key = "..."`, `mode = "read"`, `wait = "5s"`,
-//! `lease = "30s"`, `client = <expr>`, `skip_if_locked`, `cancel_on_lost`,
-//! `crate = "path"`.
+//! The attribute's arguments: `key = "..."`, `mode = "read"`, `permits = 4`,
+//! `wait = "5s"`, `lease = "30s"`, `client = <expr>`, `skip_if_locked`,
+//! `cancel_on_lost`, `crate = "path"`.
 
 use proc_macro2::Span;
 use syn::ext::IdentExt;
@@ -10,11 +10,15 @@ use syn::{Expr, ExprLit, Ident, Lit, LitStr, Path, Token};
 use crate::template::KeyTemplate;
 
 /// Every option the attribute takes, in the order the docs list them.
-const OPTIONS: &str =
-    "`key`, `mode`, `wait`, `lease`, `client`, `skip_if_locked`, `cancel_on_lost`, `crate`";
+const OPTIONS: &str = "`key`, `mode`, `permits`, `wait`, `lease`, `client`, `skip_if_locked`, \
+     `cancel_on_lost`, `crate`";
 
 /// The values `mode` takes.
 const MODES: &str = "\"read\", \"write\" or \"exclusive\" (the default)";
+
+/// The most permits `permits = N` may name (lock-core's bound on one
+/// acquisition).
+const MAX_PERMITS: u64 = 10_000;
 
 /// The longest lease lock-core accepts (365 days), in milliseconds.
 const MAX_LEASE_MS: u64 = 365 * 24 * 60 * 60 * 1000;
@@ -38,12 +42,24 @@ pub(crate) enum LockKind {
     Write,
 }
 
+/// `permits = N`: the fn holds one permit of the expirable semaphore `key`
+/// of `count` permits instead of a lock.
+#[derive(Debug, Clone)]
+pub(crate) struct PermitsArg {
+    /// 1 to [`MAX_PERMITS`].
+    pub(crate) count: u64,
+    /// The option's name, for errors about combining it.
+    pub(crate) name: Ident,
+}
+
 /// The parsed arguments of one `#[distributed_lock(...)]`.
 #[derive(Debug)]
 pub(crate) struct Args {
     pub(crate) key: KeyTemplate,
     /// `mode = "..."`; `Exclusive` when not given.
     pub(crate) kind: LockKind,
+    /// `permits = N`; never together with `mode`.
+    pub(crate) permits: Option<PermitsArg>,
     pub(crate) wait: Option<DurationArg>,
     pub(crate) lease: Option<DurationArg>,
     pub(crate) client: Option<Expr>,
@@ -60,6 +76,9 @@ pub(crate) struct Args {
 struct Partial {
     key: Option<KeyTemplate>,
     kind: Option<LockKind>,
+    /// The `mode` token, when given (to point at it when combined with `permits`).
+    mode_name: Option<Ident>,
+    permits: Option<PermitsArg>,
     wait: Option<DurationArg>,
     lease: Option<DurationArg>,
     client: Option<Expr>,
@@ -82,6 +101,15 @@ impl Parse for Args {
                 "mode" => {
                     let kind = lock_kind(&value::<Expr>(input)?)?;
                     set_once(&mut partial.kind, kind, &name)?;
+                    partial.mode_name = Some(name.clone());
+                }
+                "permits" => {
+                    let count = permit_count(&value::<Expr>(input)?)?;
+                    let arg = PermitsArg {
+                        count,
+                        name: name.clone(),
+                    };
+                    set_once(&mut partial.permits, arg, &name)?;
                 }
                 "wait" => {
                     let d = duration(&value::<LitStr>(input)?, "wait")?;
@@ -144,9 +172,17 @@ impl Parse for Args {
                  (`cancel_on_lost` waits for the lock and reports a lost lock as `Err`)",
             ));
         }
+        if let (Some(permits), Some(_)) = (&partial.permits, &partial.mode_name) {
+            return Err(syn::Error::new_spanned(
+                &permits.name,
+                "`permits` cannot be combined with `mode`: `permits = N` takes a permit of the \
+                 semaphore `key`, `mode` a side of the read-write lock `key`; remove one of them",
+            ));
+        }
         Ok(Args {
             key,
             kind: partial.kind.unwrap_or(LockKind::Exclusive),
+            permits: partial.permits,
             wait: partial.wait,
             lease: partial.lease,
             client: partial.client,
@@ -211,6 +247,37 @@ fn lock_kind(value: &Expr) -> syn::Result<LockKind> {
             format!("unknown mode {other:?}: write {MODES}"),
         )),
     }
+}
+
+/// Parses the value of `permits`: a whole number from 1 to
+/// [`MAX_PERMITS`], written as an integer literal. Anything else is an
+/// error on the value.
+fn permit_count(value: &Expr) -> syn::Result<u64> {
+    let help = format!("`permits` takes a whole number from 1 to {MAX_PERMITS}, like permits = 4");
+    let lit = match value {
+        Expr::Lit(ExprLit {
+            lit: Lit::Int(lit), ..
+        }) => lit,
+        Expr::Unary(syn::ExprUnary {
+            op: syn::UnOp::Neg(_),
+            ..
+        }) => {
+            return Err(syn::Error::new_spanned(
+                value,
+                format!("`permits` must not be negative: {help}"),
+            ))
+        }
+        _ => return Err(syn::Error::new_spanned(value, help)),
+    };
+    let problem = match lit.base10_parse::<u64>() {
+        Ok(count) if (1..=MAX_PERMITS).contains(&count) => return Ok(count),
+        Ok(0) => "must be at least 1 (a semaphore of 0 permits lets no call in)".to_owned(),
+        _ => format!("must be at most {MAX_PERMITS}"),
+    };
+    Err(syn::Error::new_spanned(
+        lit,
+        format!("`permits` {problem}: {help}"),
+    ))
 }
 
 /// Parses `"250ms"`, `"5s"`, `"2m"` or `"1h"`; zero is rejected.
@@ -318,6 +385,44 @@ mod tests {
         assert!(err(quote::quote!(key = "a", mode)).contains("expected `=`"));
         assert!(err(quote::quote!(key = "a", mode = "read", mode = "write"))
             .contains("duplicate option `mode`"));
+    }
+
+    #[test]
+    fn permits_name_a_semaphore_of_1_to_10_000() {
+        for (tokens, count) in [
+            (quote::quote!(key = "a", permits = 1), 1),
+            (quote::quote!(permits = 4, key = "a", wait = "1s"), 4),
+            (quote::quote!(key = "a", permits = 10_000), 10_000),
+            (quote::quote!(key = "a", permits = 3u32, skip_if_locked), 3),
+        ] {
+            let args = parse(tokens).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!(args.permits.map(|p| p.count), Some(count));
+            assert_eq!(args.kind, LockKind::Exclusive);
+        }
+        assert!(parse(quote::quote!(key = "a"))
+            .map(|a| a.permits.is_none())
+            .unwrap_or(false));
+        assert!(err(quote::quote!(key = "a", permits = 0)).contains("at least 1"));
+        assert!(err(quote::quote!(key = "a", permits = -2)).contains("must not be negative"));
+        assert!(err(quote::quote!(key = "a", permits = 10_001)).contains("at most 10000"));
+        assert!(
+            err(quote::quote!(key = "a", permits = 99999999999999999999999)).contains("at most")
+        );
+        for bad in [
+            quote::quote!(key = "a", permits = "4"),
+            quote::quote!(key = "a", permits = 2.5),
+            quote::quote!(key = "a", permits = n),
+        ] {
+            assert!(err(bad).contains("takes a whole number from 1 to 10000"));
+        }
+        assert!(err(quote::quote!(key = "a", permits = 2, permits = 3))
+            .contains("duplicate option `permits`"));
+        for combined in [
+            quote::quote!(key = "a", permits = 2, mode = "read"),
+            quote::quote!(key = "a", mode = "exclusive", permits = 2),
+        ] {
+            assert!(err(combined).contains("`permits` cannot be combined with `mode`"));
+        }
     }
 
     #[test]

@@ -163,23 +163,17 @@ fn build(func: &ItemFn, args: &Args, mode: Mode, key: TokenStream) -> TokenStrea
     } = func;
 
     // The exclusive lock (the default) keeps the calls it always had; a
-    // side of the read-write lock names its mode.
+    // side of the read-write lock names its mode; `permits` (never with
+    // `mode`) takes a semaphore instead.
     let side = match args.kind {
         LockKind::Exclusive => None,
         LockKind::Read => Some(quote!(#private::LockMode::Read)),
         LockKind::Write => Some(quote!(#private::LockMode::Write)),
     };
-    let handle = match (&args.client, side) {
-        (Some(client), None) => {
-            let client = quote_spanned!(client.span()=> &(#client));
-            quote!(#private::client_lock(#client, #key))
-        }
-        (Some(client), Some(side)) => {
-            let client = quote_spanned!(client.span()=> &(#client));
-            quote!(#private::client_rw_lock(#client, #key, #side))
-        }
-        (None, None) => quote!(#private::default_lock(#key)),
-        (None, Some(side)) => quote!(#private::default_rw_lock(#key, #side)),
+    let client = args.client.as_ref();
+    let handle = match &args.permits {
+        Some(permits) => permit_handle(&private, client, &key, permits.count),
+        None => lock_handle(&private, client, &key, side),
     };
 
     let mut options = quote!(#private::AcquireOptions::new());
@@ -196,11 +190,15 @@ fn build(func: &ItemFn, args: &Args, mode: Mode, key: TokenStream) -> TokenStrea
         options = quote!(#options.lease(#private::Duration::from_millis(#ms)));
     }
 
-    let runner = match mode {
-        Mode::Fail => quote!(locked),
-        Mode::CancelOnLost => quote!(locked_cancel_on_lost),
-        Mode::Skip => quote!(locked_or_skip),
-        Mode::SkipResult => quote!(locked_or_skip_result),
+    let runner = match (mode, args.permits.is_some()) {
+        (Mode::Fail, false) => quote!(locked),
+        (Mode::CancelOnLost, false) => quote!(locked_cancel_on_lost),
+        (Mode::Skip, false) => quote!(locked_or_skip),
+        (Mode::SkipResult, false) => quote!(locked_or_skip_result),
+        (Mode::Fail, true) => quote!(permitted),
+        (Mode::CancelOnLost, true) => quote!(permitted_cancel_on_lost),
+        (Mode::Skip, true) => quote!(permitted_or_skip),
+        (Mode::SkipResult, true) => quote!(permitted_or_skip_result),
     };
     // Tells type inference what the body returns, so that `?` and `return`
     // inside the `async move` block convert to the fn's return type.
@@ -258,6 +256,45 @@ fn build(func: &ItemFn, args: &Args, mode: Mode, key: TokenStream) -> TokenStrea
             });
             #call
         }
+    }
+}
+
+/// The lock handle: the exclusive lock `key` (the default keeps the calls
+/// it always had), or with `side` that side of the read-write lock `key`.
+fn lock_handle(
+    private: &TokenStream,
+    client: Option<&syn::Expr>,
+    key: &TokenStream,
+    side: Option<TokenStream>,
+) -> TokenStream {
+    match (client, side) {
+        (Some(client), None) => {
+            let client = quote_spanned!(client.span()=> &(#client));
+            quote!(#private::client_lock(#client, #key))
+        }
+        (Some(client), Some(side)) => {
+            let client = quote_spanned!(client.span()=> &(#client));
+            quote!(#private::client_rw_lock(#client, #key, #side))
+        }
+        (None, None) => quote!(#private::default_lock(#key)),
+        (None, Some(side)) => quote!(#private::default_rw_lock(#key, #side)),
+    }
+}
+
+/// `permits = N`: the handle on the expirable semaphore `key` of `count`
+/// permits.
+fn permit_handle(
+    private: &TokenStream,
+    client: Option<&syn::Expr>,
+    key: &TokenStream,
+    count: u64,
+) -> TokenStream {
+    match client {
+        Some(client) => {
+            let client = quote_spanned!(client.span()=> &(#client));
+            quote!(#private::client_permits(#client, #key, #count))
+        }
+        None => quote!(#private::default_permits(#key, #count)),
     }
 }
 
@@ -399,6 +436,82 @@ mod tests {
         assert_eq!(default, spelled);
         assert!(default.contains("default_lock (&"), "{default}");
         assert!(!default.contains("LockMode"), "{default}");
+    }
+
+    #[test]
+    fn permits_take_a_semaphore_and_change_nothing_else() {
+        let item = quote!(
+            async fn export(&self, day: u32) -> Result<u32, E> {
+                Ok(day)
+            }
+        );
+        // Against the lock's expansion of the same fn and options: only the
+        // handle and the runner differ.
+        for (options, lock_runner, permit_runner) in [
+            (quote!(), "locked (", "permitted ("),
+            (
+                quote!(, wait = "2s", lease = "1m"),
+                "locked (",
+                "permitted (",
+            ),
+            (
+                quote!(, cancel_on_lost),
+                "locked_cancel_on_lost (",
+                "permitted_cancel_on_lost (",
+            ),
+        ] {
+            let locked = expand_str(quote!(key = "export:{day}" #options), item.clone());
+            let permitted = expand_str(
+                quote!(key = "export:{day}", permits = 3 #options),
+                item.clone(),
+            );
+            let key = ":: lock_core :: __private :: format ! (\"export:{}\" , day)";
+            let expected = locked
+                .replace(
+                    &format!(":: lock_core :: __private :: default_lock (& {key})"),
+                    &format!(":: lock_core :: __private :: default_permits (& {key} , 3u64)"),
+                )
+                .replace(lock_runner, permit_runner);
+            assert_ne!(expected, locked, "{locked}");
+            assert_eq!(permitted, expected);
+        }
+        let out = expand_str(
+            quote!(
+                key = "jobs",
+                permits = 2,
+                client = &self.locks,
+                skip_if_locked
+            ),
+            quote!(
+                async fn job(&self) -> Option<u8> {
+                    None
+                }
+            ),
+        );
+        assert!(
+            out.contains(":: lock_core :: __private :: client_permits (& (& self . locks) , \"jobs\" , 2u64)"),
+            "{out}"
+        );
+        assert!(
+            out.contains("AcquireOptions :: new () . no_wait ()"),
+            "{out}"
+        );
+        assert!(out.contains("permitted_or_skip (__lock_handle"), "{out}");
+        let out = expand_str(
+            quote!(key = "jobs", permits = 2, skip_if_locked, wait = "1s"),
+            quote!(
+                async fn job() -> Result<(), E> {
+                    Ok(())
+                }
+            ),
+        );
+        assert!(
+            out.contains("permitted_or_skip_result (__lock_handle"),
+            "{out}"
+        );
+        // Without `permits`, nothing of it.
+        let out = expand_str(quote!(key = "jobs"), item);
+        assert!(!out.contains("permit"), "{out}");
     }
 
     #[test]

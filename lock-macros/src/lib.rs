@@ -25,7 +25,9 @@
 //! Inside the body, `lock_core::HeldLock::current()` is the lock the call
 //! holds (its fencing token, whether it is still held, a signal when it is
 //! lost), with no further call to Redis; `cancel_on_lost` stops the body
-//! when the lock is lost. Every option, the return types it supports, what
+//! when the lock is lost. With `permits = N` the call holds one permit of
+//! a semaphore of N permits instead of a lock: at most N calls at once.
+//! Every option, the return types it supports, what
 //! a caller should do with `Err(Lost)` and what the generated code does are
 //! described on [`distributed_lock`].
 #![deny(missing_docs)]
@@ -88,6 +90,7 @@ use proc_macro::TokenStream;
 /// |---|---|---|
 /// | `key = "stock:{sku}"` | required | the lock's name, built from the arguments |
 /// | `mode = "read"` / `"write"` | `"exclusive"` | a side of the read-write lock `key` instead of the exclusive lock |
+/// | `permits = 4` | off (a lock) | one permit of the expirable semaphore `key` of that many permits: up to 4 calls at once |
 /// | `wait = "5s"` | wait until acquired | give up after this long (`Error::WaitTimeout`) |
 /// | `lease = "30s"` | watchdog renewal | the lock expires after this long and is not renewed |
 /// | `client = expr` | the default client | the `LockClient` to use |
@@ -171,6 +174,48 @@ use proc_macro::TokenStream;
 /// }
 /// ```
 ///
+/// ## `permits`: at most N calls at once
+///
+/// `permits = N` (a whole number from 1 to 10 000) runs the body holding
+/// one permit of the expirable semaphore `key` of N permits
+/// ([`LockClient::permit_semaphore`], wire-compatible with Redisson's
+/// `RPermitExpirableSemaphore`) instead of a lock: up to N calls at once,
+/// across every process sharing the Redis. Each call creates the
+/// semaphore with N permits when it does not exist yet
+/// (`try_set_permits(N)`, one more round trip); **an existing semaphore
+/// keeps its count**, whatever N says, so changing N in the code does not
+/// change a semaphore that is already there: adjust it with
+/// `add_permits` (or `lockctl semaphore add NAME DELTA`), or delete it
+/// while no one holds a permit.
+///
+/// The other options keep their meaning: `wait` bounds the wait for a
+/// permit (`Error::WaitTimeout`, converted with `From` like every lock
+/// error), `lease` gives the permit a fixed lease instead of the
+/// watchdog's renewal, `skip_if_locked` skips the body when no permit is
+/// free, `cancel_on_lost` stops the body when the permit is lost, and
+/// `client` and `crate` are as for a lock. `permits` together with `mode`
+/// is a compile error, as is `permits = 0`, a negative, fractional or
+/// non-literal count, or more than 10 000.
+///
+/// Permits are not locks: they are not re-entrant (a nested call takes a
+/// permit of its own, and waits for one when none is free), waiters take
+/// them in the order they came, and the body runs in no lock section, so
+/// `HeldLock::current()` there sees only an enclosing lock, if any.
+///
+/// ```no_run
+/// # use lock_core::distributed_lock;
+/// # #[derive(Debug)] pub struct ExportError;
+/// # impl From<lock_core::Error> for ExportError { fn from(_: lock_core::Error) -> Self { ExportError } }
+/// # async fn render(_: &str) -> Result<Vec<u8>, ExportError> { Ok(Vec::new()) }
+/// // At most 4 exports of a tenant at once, across every replica; wait
+/// // at most 30 s for a turn.
+/// #[distributed_lock(key = "exports:{tenant}", permits = 4, wait = "30s")]
+/// async fn export(tenant: &str) -> Result<Vec<u8>, ExportError> {
+///     render(tenant).await
+/// }
+/// ```
+///
+/// [`LockClient::permit_semaphore`]: https://docs.rs/lock-core/latest/lock_core/struct.LockClient.html#method.permit_semaphore
 /// [`LockClient::lock`]: https://docs.rs/lock-core/latest/lock_core/struct.LockClient.html#method.lock
 /// [`LockClient::rw_lock`]: https://docs.rs/lock-core/latest/lock_core/struct.LockClient.html#method.rw_lock
 ///
@@ -514,7 +559,8 @@ use proc_macro::TokenStream;
 /// ```text
 /// let __lock_handle = __private::default_lock(&format!("stock:{}", sku)); // or client_lock(&(client), ..),
 ///                                                                           // default_rw_lock(.., LockMode::Read),
-///                                                                           // client_rw_lock(&(client), .., LockMode::Write)
+///                                                                           // client_rw_lock(&(client), .., LockMode::Write),
+///                                                                           // default_permits(.., 4u64), client_permits(..)
 /// let __lock_options = __private::AcquireOptions::new();                   // .wait(..) .lease(..) .no_wait()
 /// let __lock_body = pin!(async move {
 ///     if false {
@@ -526,12 +572,14 @@ use proc_macro::TokenStream;
 /// });
 /// __private::locked(__lock_handle, __lock_options, __lock_body).await      // or locked_or_skip(..),
 ///                                                                           // locked_or_skip_result(..),
-///                                                                           // locked_cancel_on_lost(..)
+///                                                                           // locked_cancel_on_lost(..);
+///                                                                           // with `permits`: permitted(..), ...
 /// ```
 ///
 /// where `locked` opens a context if needed, acquires for a section, awaits
 /// the body inside the section and releases: one allocation for the key, no
-/// boxing of the body. The body's statements are placed in the `async`
+/// boxing of the body (`permitted` creates the semaphore when absent, takes
+/// one permit, awaits the body and gives the permit back). The body's statements are placed in the `async`
 /// block as written (inner attributes such as `#![allow(..)]` stay at the
 /// top of the fn's body), and the generated code carries no `#[allow]`: it
 /// raises no warning on any body shape, even under `#![deny(warnings)]` or

@@ -1,4 +1,4 @@
-//! The command line: global options and the five subcommands.
+//! The command line: global options and the subcommands.
 
 use std::ffi::OsString;
 use std::time::Duration;
@@ -14,7 +14,8 @@ pub(crate) const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 /// A distributed `flock`: run a command while holding a lock on Redis, hold a
 /// lock, and see or force-unlock locks (lock-core's and Redisson's `RLock`,
 /// and with --read/--write a side of a read-write lock, Redisson's
-/// `RReadWriteLock`).
+/// `RReadWriteLock`); with --permits, run a command holding one of N permits
+/// of a semaphore (Redisson's `RPermitExpirableSemaphore`).
 #[derive(Debug, Parser)]
 #[command(name = "lockctl", version, about, after_help = crate::exit::EXIT_CODES_HELP)]
 pub(crate) struct Cli {
@@ -30,7 +31,7 @@ pub(crate) struct Cli {
     )]
     pub(crate) url: String,
 
-    /// Prefix of every lock key (the same as the services' client key prefix)
+    /// Prefix of every lock and semaphore key (the same as the services' client key prefix)
     #[arg(
         long,
         global = true,
@@ -40,7 +41,7 @@ pub(crate) struct Cli {
     )]
     pub(crate) prefix: String,
 
-    /// Watchdog timeout: the lease of locks held without --lease; renewed every third of it
+    /// Watchdog timeout: the lease of locks and permits held without --lease; renewed every third of it
     #[arg(long, global = true, default_value = "30s", value_name = "DUR", value_parser = parse_duration)]
     pub(crate) watchdog: Duration,
 
@@ -51,7 +52,7 @@ pub(crate) struct Cli {
 /// What to do.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Acquire NAME (--read/--write: a side of the read-write lock NAME), run CMD with it held, release; exit with CMD's exit code
+    /// Acquire NAME (--read/--write: a side of the read-write lock NAME; --permits N: one of N permits of the semaphore NAME), run CMD with it held, release; exit with CMD's exit code
     Run(RunArgs),
     /// Acquire NAME (--read/--write: a side of the read-write lock NAME), print it as one JSON line, hold it until --for passes or SIGINT/SIGTERM
     Hold(HoldArgs),
@@ -61,6 +62,53 @@ pub(crate) enum Command {
     Unlock(UnlockArgs),
     /// Print every lock that exists now, one JSON line each as `status` prints it (SCAN, never KEYS)
     List(ListArgs),
+    /// See and set up the semaphores `run --permits` uses (Redisson's RPermitExpirableSemaphore; `status` reads a plain RSemaphore too)
+    #[command(subcommand)]
+    Semaphore(SemaphoreCommand),
+}
+
+/// `lockctl semaphore ...`
+#[derive(Debug, Subcommand)]
+pub(crate) enum SemaphoreCommand {
+    /// Print NAME's available permits and the permits held (id, time left) as one JSON line
+    Status(SemaphoreStatusArgs),
+    /// Create NAME with N permits, unless it exists (its count is then left alone)
+    Set(SemaphoreSetArgs),
+    /// Add DELTA permits to NAME (negative: take them away; never below zero: exit 64 then)
+    Add(SemaphoreAddArgs),
+}
+
+/// `lockctl semaphore status NAME [--limit N]`
+#[derive(Debug, Args)]
+pub(crate) struct SemaphoreStatusArgs {
+    /// The semaphore's name
+    pub(crate) name: String,
+
+    /// List at most N held permits, soonest to expire first (`held_total` counts them all)
+    #[arg(long, value_name = "N", default_value_t = 100)]
+    pub(crate) limit: usize,
+}
+
+/// `lockctl semaphore set NAME N`
+#[derive(Debug, Args)]
+pub(crate) struct SemaphoreSetArgs {
+    /// The semaphore's name
+    pub(crate) name: String,
+
+    /// The permits it starts with
+    #[arg(value_name = "N")]
+    pub(crate) permits: u64,
+}
+
+/// `lockctl semaphore add NAME DELTA`
+#[derive(Debug, Args)]
+pub(crate) struct SemaphoreAddArgs {
+    /// The semaphore's name
+    pub(crate) name: String,
+
+    /// Permits to add; negative to take them away (e.g. -2)
+    #[arg(value_name = "DELTA", allow_negative_numbers = true)]
+    pub(crate) delta: i64,
 }
 
 /// How to acquire: which lock (the plain lock, or a side of the read-write
@@ -79,7 +127,7 @@ pub(crate) struct AcquireArgs {
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub(crate) wait: Option<Duration>,
 
-    /// Hold for at most DUR, never renewed. Default: the watchdog renews the lock while held
+    /// Hold for at most DUR, never renewed. Default: the watchdog renews the lock (or permit) while held
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
     pub(crate) lease: Option<Duration>,
 }
@@ -97,14 +145,27 @@ impl AcquireArgs {
     }
 }
 
-/// `lockctl run NAME [--read | --write] [--wait DUR] [--lease DUR] -- CMD [ARGS...]`
+/// The most permits `run --permits` may name (lock-core's bound on one
+/// acquisition, as the macro's `permits = N`).
+pub(crate) const MAX_PERMITS: u32 = 10_000;
+
+/// `lockctl run NAME [--read | --write | --permits N] [--wait DUR] [--lease DUR] -- CMD [ARGS...]`
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
-    /// The lock's name
+    /// The lock's name (with --permits: the semaphore's)
     pub(crate) name: String,
 
     #[command(flatten)]
     pub(crate) acquire: AcquireArgs,
+
+    /// Take one of N permits (1 to 10000) of the semaphore NAME instead of a lock: at most N runs at once, anywhere. Created with N permits when absent; an existing one keeps its count
+    #[arg(
+        long,
+        value_name = "N",
+        value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_PERMITS)),
+        conflicts_with_all = ["read", "write"]
+    )]
+    pub(crate) permits: Option<u32>,
 
     /// The command and its arguments, after `--`
     #[arg(last = true, required = true, value_name = "CMD")]

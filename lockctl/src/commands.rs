@@ -93,13 +93,8 @@ fn busy_message(lock: &Lock) -> String {
     }
 }
 
-/// Acquires `lock` as `args` say, unless SIGINT/SIGTERM comes first (then
-/// the exit code is 128 + the signal's number).
-pub(crate) async fn acquire(
-    lock: &Lock,
-    args: &AcquireArgs,
-    signals: &mut Signals,
-) -> Result<LockGuard, CliError> {
+/// The wait bound (`--wait 0s`: one attempt) and lease `args` ask for.
+pub(crate) fn acquire_options(args: &AcquireArgs) -> AcquireOptions {
     let mut options = AcquireOptions::new();
     match args.wait {
         Some(wait) if wait.is_zero() => options = options.no_wait(),
@@ -109,8 +104,18 @@ pub(crate) async fn acquire(
     if let Some(lease) = args.lease {
         options = options.lease(lease);
     }
+    options
+}
+
+/// Acquires `lock` as `args` say, unless SIGINT/SIGTERM comes first (then
+/// the exit code is 128 + the signal's number).
+pub(crate) async fn acquire(
+    lock: &Lock,
+    args: &AcquireArgs,
+    signals: &mut Signals,
+) -> Result<LockGuard, CliError> {
     tokio::select! {
-        acquired = lock.acquire_with(options) => acquired.map_err(|e| match e {
+        acquired = lock.acquire_with(acquire_options(args)) => acquired.map_err(|e| match e {
             e if e.is_wait_timeout() && args.wait.is_some_and(|w| w.is_zero()) => {
                 CliError::new(WAIT_TIMEOUT, busy_message(lock))
             }

@@ -8,14 +8,24 @@
 //! lock NAME instead (Redisson's `RReadWriteLock`): readers share it, a
 //! writer has it alone; the two flags exclude each other (exit 64).
 //!
+//! With `--permits N`, `run` takes one of N permits of the expirable
+//! semaphore NAME instead (Redisson's `RPermitExpirableSemaphore`, created
+//! with N permits when absent; an existing one keeps its count): at most N
+//! commands run at once, anywhere; `--permits` with `--read`/`--write`, or
+//! `--permits 0`, is exit 64. `semaphore status` shows a semaphore's
+//! available and held permits, `semaphore set` / `semaphore add` set it up.
+//!
 //! ```text
 //! lockctl [--url URL] [--prefix P] [--watchdog DUR] <command>
 //!
-//!   run NAME [--read | --write] [--wait DUR] [--lease DUR] -- CMD [ARGS...]
+//!   run NAME [--read | --write | --permits N] [--wait DUR] [--lease DUR] -- CMD [ARGS...]
 //!   hold NAME [--read | --write] [--wait DUR] [--lease DUR] [--for DUR]
 //!   status NAME
 //!   unlock --force NAME
 //!   list [--match PATTERN]
+//!   semaphore status NAME [--limit N]
+//!   semaphore set NAME N
+//!   semaphore add NAME DELTA
 //! ```
 //!
 //! `--url` defaults to `$REDIS_URL`, else `redis://127.0.0.1:6379`;
@@ -33,6 +43,11 @@
 //! lockctl run nightly-report --wait 10s -- ./report.sh
 //! lockctl status nightly-report
 //! # {"name":"nightly-report","locked":true,"owners":[{"owner":"…:1","count":1}],"ttl_ms":28345,"key":"nightly-report"}
+//!
+//! # at most 2 imports at once, across every machine
+//! lockctl run imports --permits 2 --wait 5m -- ./import.sh
+//! lockctl semaphore status imports
+//! # {"name":"imports","available":1,"held_total":1,"held":[{"id":"e0a7…f952","ttl_ms":29919}],"key":"imports"}
 //!
 //! # readers share, a writer waits for them
 //! lockctl hold prices --read --for 1m &
@@ -54,7 +69,9 @@ mod cli;
 mod commands;
 mod duration;
 mod exit;
+mod held;
 mod run;
+mod semaphore;
 mod signals;
 
 use std::process::ExitCode;
@@ -116,6 +133,7 @@ async fn dispatch_to(cli: Cli) -> Result<u8, CliError> {
         Command::Status(args) => commands::status(&client, args).await,
         Command::Unlock(args) => commands::unlock(&client, args).await,
         Command::List(args) => commands::list(&client, args).await,
+        Command::Semaphore(command) => semaphore::semaphore(&client, command).await,
     }
 }
 

@@ -1,28 +1,33 @@
 //! `lockctl run NAME -- CMD [ARGS...]`: the command runs only while the lock
-//! is held.
+//! (with `--permits N`, one of N permits of the semaphore NAME) is held.
 
 use std::io::ErrorKind;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
 use std::time::Duration;
 
-use lock_core::LockClient;
+use lock_core::{Lock, LockClient, PermitSemaphore};
 use nix::sys::signal::Signal;
 use tokio::process::{Child, Command};
 
 use crate::cli::RunArgs;
 use crate::commands::{acquire, lock_for};
 use crate::exit::{chain, CliError, CANNOT_EXECUTE, LOST, NOT_FOUND, SIGNAL_BASE, SOFTWARE};
+use crate::held::Held;
+use crate::semaphore::acquire_permit;
 use crate::signals::{interrupt_reached_the_group, send, Signals};
 
 /// How long a command told to stop (SIGTERM, lock lost) gets before SIGKILL.
 const KILL_AFTER: Duration = Duration::from_secs(10);
 
 /// Acquires, runs the command with inherited stdin/stdout/stderr, releases,
-/// and returns the exit code: the command's, or 76 when the lock was lost
-/// while it ran.
+/// and returns the exit code: the command's, or 76 when the lock (or the
+/// permit) was lost while it ran.
 pub(crate) async fn run(client: &LockClient, args: RunArgs) -> Result<u8, CliError> {
-    let lock = lock_for(client, &args.name, &args.acquire)?;
+    let target = match args.permits {
+        Some(permits) => Target::Semaphore(client.permit_semaphore(&args.name)?, permits),
+        None => Target::Lock(lock_for(client, &args.name, &args.acquire)?),
+    };
     let Some((program, program_args)) = args.command.split_first() else {
         return Err(CliError::new(
             crate::exit::USAGE,
@@ -30,7 +35,17 @@ pub(crate) async fn run(client: &LockClient, args: RunArgs) -> Result<u8, CliErr
         ));
     };
     let mut signals = Signals::install()?;
-    let guard = acquire(&lock, &args.acquire, &mut signals).await?;
+    let guard = match &target {
+        Target::Lock(lock) => Held::lock(
+            acquire(lock, &args.acquire, &mut signals).await?,
+            lock.name(),
+        ),
+        Target::Semaphore(semaphore, permits) => Held::permit(
+            acquire_permit(semaphore, *permits, &args.acquire, &mut signals).await?,
+            semaphore.name(),
+        ),
+    };
+    let what = guard.what().to_owned();
 
     let shown = program.to_string_lossy().into_owned();
     let mut child = match Command::new(program).args(program_args).spawn() {
@@ -55,13 +70,13 @@ pub(crate) async fn run(client: &LockClient, args: RunArgs) -> Result<u8, CliErr
                 return Ok(match guard.release().await {
                     Ok(()) => exit_code(status),
                     Err(e) if e.is_lost() => {
-                        eprintln!("lockctl: lock `{}` was lost before the command finished", lock.name());
+                        eprintln!("lockctl: {} was lost before the command finished", what);
                         LOST
                     }
                     Err(e) => {
                         eprintln!(
-                            "lockctl: could not release lock `{}` ({}); it expires with its lease",
-                            lock.name(),
+                            "lockctl: could not release {} ({}); it expires with its lease",
+                            what,
                             chain(&e)
                         );
                         exit_code(status)
@@ -70,8 +85,8 @@ pub(crate) async fn run(client: &LockClient, args: RunArgs) -> Result<u8, CliErr
             }
             _ = guard.lost() => {
                 eprintln!(
-                    "lockctl: lock `{}` was lost while the command ran; sending it SIGTERM",
-                    lock.name()
+                    "lockctl: {} was lost while the command ran; sending it SIGTERM",
+                    what
                 );
                 stop(&mut child, pid).await;
                 return Ok(LOST);
@@ -84,6 +99,13 @@ pub(crate) async fn run(client: &LockClient, args: RunArgs) -> Result<u8, CliErr
             }
         }
     }
+}
+
+/// What `run` takes: a lock (or a side of a read-write lock), or with
+/// `--permits N` one permit of the semaphore NAME of N permits.
+enum Target {
+    Lock(Lock),
+    Semaphore(PermitSemaphore, u32),
 }
 
 /// SIGTERM, then SIGKILL after [`KILL_AFTER`]; waits for the exit.

@@ -738,6 +738,257 @@ fn a_write_hold_waiting_on_readers_is_woken_by_unlock_force() {
     }
 }
 
+// ---------------------------------------------------------------- permits
+
+/// The largest number of commands seen inside together: each run of the
+/// script (below) appends how many were inside right after it entered.
+fn most_inside(dir: &Path) -> usize {
+    read(&dir.join("seen"))
+        .lines()
+        .map(|l| l.trim().parse::<usize>().expect("a count"))
+        .max()
+        .unwrap_or(0)
+}
+
+#[test]
+fn run_with_permits_never_runs_more_commands_at_once_than_permits() {
+    let server = server();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::create_dir(dir.path().join("inside")).expect("inside");
+    // The observer, outside lockctl: each command puts its own entry in
+    // `inside`, counts the entries (itself included), stays a while and
+    // takes its entry out. Three commands inside at once would make the
+    // last of them count 3.
+    let script = "cd \"$1\"; mkdir inside/$$; ls inside | wc -l >> seen; \
+                  sleep 0.2; rmdir inside/$$";
+    let (invocations, rounds) = (3, 3);
+    let workers: Vec<_> = (0..invocations)
+        .map(|_| {
+            let url = server.url();
+            let dir = dir.path().to_string_lossy().into_owned();
+            thread::spawn(move || {
+                for _ in 0..rounds {
+                    let out = run(lockctl(
+                        &url,
+                        &[
+                            "run",
+                            "imports",
+                            "--permits",
+                            "2",
+                            "--",
+                            "sh",
+                            "-c",
+                            script,
+                            "sh",
+                            &dir,
+                        ],
+                    ));
+                    assert_eq!(out.code, Some(0), "{out:?}");
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("worker");
+    }
+    let seen = read(&dir.path().join("seen"));
+    assert_eq!(seen.lines().count(), invocations * rounds, "{seen}");
+    assert_eq!(
+        most_inside(dir.path()),
+        2,
+        "at most 2, and 2 together: {seen}"
+    );
+    // Created with 2 permits, all given back.
+    let out = run(lockctl(&server.url(), &["semaphore", "status", "imports"]));
+    assert_eq!(
+        out.json_lines(),
+        [serde_json::json!({
+            "name": "imports", "available": 2, "held_total": 0, "held": [], "key": "imports"
+        })],
+        "{out:?}"
+    );
+}
+
+/// The permit ids held in Redis (Redisson's `{name}:timeout` set).
+fn permit_ids(server: &RedisServer, name: &str) -> Vec<String> {
+    let reply = server
+        .command(&["ZRANGE", &format!("{{{name}}}:timeout"), "0", "-1"])
+        .expect("ZRANGE");
+    reply
+        .as_array()
+        .unwrap_or_default()
+        .iter()
+        .map(|v| v.as_string().expect("an id"))
+        .collect()
+}
+
+fn semaphore_status(url: &str, name: &str) -> Value {
+    let out = run(lockctl(url, &["semaphore", "status", name]));
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let mut lines = out.json_lines();
+    assert_eq!(lines.len(), 1, "{out:?}");
+    lines.remove(0)
+}
+
+#[test]
+fn semaphore_status_shows_the_held_permits_renewed_while_the_command_runs() {
+    let server = server();
+    let url = server.url();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let proc = spawn_run(
+        &url,
+        &["--watchdog", "900ms"],
+        "jobs",
+        &["--permits", "2"],
+        &term_recorder(dir.path()),
+    );
+    assert!(
+        eventually(LIMIT, || dir.path().join("started").exists()),
+        "command started"
+    );
+    let ids = permit_ids(&server, "jobs");
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    assert_eq!(ids[0].len(), 32, "{ids:?}");
+    // Longer than the 900 ms lease: still held, renewed by the watchdog.
+    thread::sleep(Duration::from_millis(1_200));
+    let s = semaphore_status(&url, "jobs");
+    assert_eq!(keys(&s), ["name", "available", "held_total", "held", "key"]);
+    assert_eq!((&s["available"], &s["held_total"]), (&1.into(), &1.into()));
+    assert_eq!(s["held"][0]["id"], ids[0].as_str(), "{s}");
+    let ttl = s["held"][0]["ttl_ms"].as_u64().expect("ttl");
+    assert!(ttl > 0 && ttl <= 900, "{ttl}");
+    // A second run shares the semaphore at once; the third permit is not there.
+    let out = run(lockctl(
+        &url,
+        &[
+            "run",
+            "jobs",
+            "--permits",
+            "2",
+            "--wait",
+            "0s",
+            "--",
+            "true",
+        ],
+    ));
+    assert_eq!(out.code, Some(0), "{out:?}");
+
+    // SIGTERM reaches the command; the permit is given back.
+    proc.signal(Signal::SIGTERM);
+    let out = proc.finish(LIMIT);
+    assert_eq!((out.code, out.stderr.as_str()), (Some(0), ""), "{out:?}");
+    assert_eq!(read(&dir.path().join("term")), "term\n");
+    let s = semaphore_status(&url, "jobs");
+    assert_eq!(
+        (&s["available"], &s["held"]),
+        (&2.into(), &serde_json::json!([]))
+    );
+
+    // A plain semaphore (Redisson's RSemaphore: a counter, no permit ids)
+    // shows what is available.
+    server.command(&["SET", "plain", "5"]).expect("SET");
+    let s = semaphore_status(&url, "plain");
+    assert_eq!(
+        s,
+        serde_json::json!({
+            "name": "plain", "available": 5, "held_total": 0, "held": [], "key": "plain"
+        })
+    );
+}
+
+#[test]
+fn semaphore_set_and_add_and_an_existing_semaphore_keeps_its_count() {
+    let server = server();
+    let url = server.url();
+    let line = |args: &[&str]| -> Value {
+        let out = run(lockctl(&url, args));
+        assert_eq!(out.code, Some(0), "{out:?}");
+        out.json_lines().remove(0)
+    };
+    assert_eq!(
+        line(&["semaphore", "set", "pool", "1"]),
+        serde_json::json!({ "name": "pool", "set": true, "available": 1, "key": "pool" })
+    );
+    assert_eq!(line(&["semaphore", "set", "pool", "9"])["set"], false);
+    // `run --permits 3` takes the existing semaphore of 1 as it is.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let proc = spawn_run(
+        &url,
+        &[],
+        "pool",
+        &["--permits", "3"],
+        &term_recorder(dir.path()),
+    );
+    assert!(eventually(LIMIT, || dir.path().join("started").exists()));
+    let marker = dir.path().join("second");
+    let touch = ["touch", marker.to_str().expect("utf-8 path")];
+    let mut args = vec!["run", "pool", "--permits", "3", "--wait", "0s", "--"];
+    args.extend(touch);
+    run(lockctl(&url, &args)).assert_one_line_error(75, "no permit of semaphore `pool` is free");
+    let mut args = vec!["run", "pool", "--permits", "3", "--wait", "300ms", "--"];
+    args.extend(touch);
+    let started = Instant::now();
+    run(lockctl(&url, &args)).assert_one_line_error(
+        75,
+        "timed out after 300ms waiting for a permit of semaphore `pool`",
+    );
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    assert!(!marker.exists(), "no command runs without a permit");
+
+    // One more permit: the second run gets it.
+    assert_eq!(line(&["semaphore", "add", "pool", "1"])["available"], 1);
+    let mut args = vec!["run", "pool", "--permits", "3", "--wait", "0s", "--"];
+    args.extend(touch);
+    assert_eq!(run(lockctl(&url, &args)).code, Some(0));
+    assert!(marker.exists());
+    // Never below zero.
+    run(lockctl(&url, &["semaphore", "add", "pool", "-2"]))
+        .assert_one_line_error(64, "only 1 are available");
+    assert_eq!(line(&["semaphore", "add", "pool", "-1"])["available"], 0);
+    proc.signal(Signal::SIGTERM);
+    assert_eq!(proc.finish(LIMIT).code, Some(0));
+    assert_eq!(semaphore_status(&url, "pool")["available"], 1);
+
+    // A key that is not a semaphore.
+    server.command(&["HSET", "a-lock", "x", "1"]).expect("HSET");
+    for args in [
+        &["semaphore", "status", "a-lock"][..],
+        &["semaphore", "add", "a-lock", "1"],
+        &["run", "a-lock", "--permits", "1", "--", "true"],
+    ] {
+        run(lockctl(&url, args)).assert_one_line_error(65, "key `a-lock` is not a semaphore");
+    }
+}
+
+#[test]
+fn run_with_permits_exits_76_when_its_permit_expires_in_redis() {
+    let server = server();
+    let url = server.url();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let proc = spawn_run(
+        &url,
+        &["--watchdog", "900ms"],
+        "expiring",
+        &["--permits", "1"],
+        &term_recorder(dir.path()),
+    );
+    assert!(eventually(LIMIT, || dir.path().join("started").exists()));
+    let ids = permit_ids(&server, "expiring");
+    assert_eq!(ids.len(), 1, "{ids:?}");
+    // Its expiry moved into the past: the next renewal finds it gone.
+    server
+        .command(&["ZADD", "{expiring}:timeout", "XX", "1", &ids[0]])
+        .expect("ZADD");
+    let out = proc.finish(LIMIT);
+    out.assert_one_line_error(
+        76,
+        "permit of semaphore `expiring` was lost while the command ran",
+    );
+    assert_eq!(read(&dir.path().join("term")), "term\n");
+    // The expired permit came back.
+    assert_eq!(semaphore_status(&url, "expiring")["available"], 1);
+}
+
 // ------------------------------------------------------------------- list
 
 #[test]
@@ -820,6 +1071,34 @@ fn bad_input_is_one_line_and_exit_64() {
             &["run", "x", "--write", "--read", "--", "true"],
             "cannot be used with",
         ),
+        (
+            &["run", "x", "--permits", "0", "--", "true"],
+            "0 is not in 1..=10000",
+        ),
+        (
+            &["run", "x", "--permits", "10001", "--", "true"],
+            "10001 is not in 1..=10000",
+        ),
+        (
+            &["run", "x", "--permits", "-1", "--", "true"],
+            "unexpected argument '-1'",
+        ),
+        (
+            &["run", "x", "--permits", "two", "--", "true"],
+            "invalid value 'two' for '--permits <N>'",
+        ),
+        (
+            &["run", "x", "--permits", "2", "--read", "--", "true"],
+            "'--permits <N>' cannot be used with '--read'",
+        ),
+        (
+            &["run", "x", "--write", "--permits", "2", "--", "true"],
+            "cannot be used with",
+        ),
+        (&["semaphore", "status", ""], "invalid lock name"),
+        (&["semaphore", "add", "x"], "<DELTA>"),
+        (&["semaphore", "set", "x", "-1"], "unexpected argument '-1'"),
+        (&["semaphore", "frob", "x"], "unrecognized subcommand"),
     ];
     for (args, needle) in cases {
         run(lockctl(&url, args)).assert_one_line_error(64, needle);
@@ -840,12 +1119,14 @@ fn bad_input_is_one_line_and_exit_64() {
 fn unreachable_redis_is_one_line_and_exit_69() {
     let port = lock_tests::free_port().expect("port");
     let url = format!("redis://user:secret@127.0.0.1:{port}");
-    let cases: [&[&str]; 5] = [
+    let cases: [&[&str]; 7] = [
         &["status", "x"],
         &["list"],
         &["unlock", "--force", "x"],
         &["run", "x", "--", "true"],
         &["hold", "x"],
+        &["run", "x", "--permits", "2", "--", "true"],
+        &["semaphore", "status", "x"],
     ];
     let procs: Vec<Proc> = cases
         .iter()

@@ -9,5 +9,6 @@ mod support;
 mod attribute {
     mod macro_hold;
     mod macro_modes;
+    mod macro_permits;
     mod macros;
 }
