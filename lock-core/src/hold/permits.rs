@@ -146,9 +146,13 @@ impl SemTarget {
             Wait::Bounded(d) => (true, Some(started + d)),
             Wait::Never => (false, None),
         };
+        // the bound that passed, as a lock reports it
         let timed_out = || Error::WaitTimeout {
             name: self.keys.name.clone(),
-            waited: started.elapsed(),
+            waited: match options.wait {
+                Wait::Bounded(bound) => bound,
+                Wait::Forever | Wait::Never => started.elapsed(),
+            },
         };
         // In the line (maybe) from the first attempt that may join it on:
         // leaving it when not there is harmless.
