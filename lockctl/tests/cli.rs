@@ -809,10 +809,15 @@ fn run_with_permits_never_runs_more_commands_at_once_than_permits() {
     );
 }
 
+/// Redisson's `{name}:timeout` set's members (16 bytes each) in hex, as
+/// Redisson and `semaphore status` show them.
+const HEX_MEMBERS: &str = "local out = {} for i, m in ipairs(redis.call('zrange', KEYS[1], 0, -1)) do \
+    out[i] = string.gsub(m, '.', function(c) return string.format('%02x', string.byte(c)) end) end return out";
+
 /// The permit ids held in Redis (Redisson's `{name}:timeout` set).
 fn permit_ids(server: &RedisServer, name: &str) -> Vec<String> {
     let reply = server
-        .command(&["ZRANGE", &format!("{{{name}}}:timeout"), "0", "-1"])
+        .command(&["EVAL", HEX_MEMBERS, "1", &format!("{{{name}}}:timeout")])
         .expect("ZRANGE");
     reply
         .as_array()
@@ -977,7 +982,12 @@ fn run_with_permits_exits_76_when_its_permit_expires_in_redis() {
     assert_eq!(ids.len(), 1, "{ids:?}");
     // Its expiry moved into the past: the next renewal finds it gone.
     server
-        .command(&["ZADD", "{expiring}:timeout", "XX", "1", &ids[0]])
+        .command(&[
+            "EVAL",
+            "return redis.call('zadd', KEYS[1], 'xx', 1, redis.call('zrange', KEYS[1], 0, 0)[1])",
+            "1",
+            "{expiring}:timeout",
+        ])
         .expect("ZADD");
     let out = proc.finish(LIMIT);
     out.assert_one_line_error(

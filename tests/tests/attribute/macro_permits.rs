@@ -284,14 +284,18 @@ async fn cancel_on_lost_stops_the_body_and_permits_come_back() {
     let client = env.client.clone();
     let call = tokio::spawn(async move { import(&client, tx).await });
     within(Duration::from_secs(5), "body started", rx.recv()).await;
-    let ids: Vec<String> = cmd(&mut conn, &["ZRANGE", "{imports}:timeout", "0", "-1"]).await;
+    // ids are 16 bytes in the set (Redisson's layout)
+    let ids: Vec<Vec<u8>> = cmd(&mut conn, &["ZRANGE", "{imports}:timeout", "0", "-1"]).await;
     assert_eq!(ids.len(), 1, "{ids:?}");
-    assert_eq!(ids[0].len(), 32, "{ids:?}");
-    let _: i64 = cmd(
-        &mut conn,
-        &["ZADD", "{imports}:timeout", "XX", "1", &ids[0]],
-    )
-    .await;
+    assert_eq!(ids[0].len(), 16, "{ids:?}");
+    let _: i64 = redis::cmd("ZADD")
+        .arg("{imports}:timeout")
+        .arg("XX")
+        .arg(1)
+        .arg(&ids[0][..])
+        .query_async(&mut conn)
+        .await
+        .expect("ZADD");
     let started = std::time::Instant::now();
     let out = within(Duration::from_secs(5), "cancelled call", call)
         .await
