@@ -11,6 +11,16 @@ use http_body::{Body, Frame, SizeHint};
 use lock_core::LockGuard;
 use pin_project_lite::pin_project;
 
+use crate::permit::RequestPermit;
+
+/// What a body may keep until it ends: a lock layer's guard, or a permit
+/// layer's reference to the request's permit. Kept for their drop only.
+#[allow(dead_code)]
+enum Keep {
+    Lock(LockGuard),
+    Permit(RequestPermit),
+}
+
 pin_project! {
     #[project = KindProj]
     enum Kind<B> {
@@ -20,7 +30,8 @@ pin_project! {
 }
 
 pin_project! {
-    /// A response body that may hold the request's lock until it has
+    /// A response body that may hold the request's lock (or, behind a
+    /// [`PermitLayer`](crate::PermitLayer), its permit) until it has
     /// yielded its last frame (or is dropped, when the client goes away).
     ///
     /// The HTTP and gRPC flavours wrap every response body in it; with
@@ -40,7 +51,7 @@ pin_project! {
     pub struct LockBody<B> {
         #[pin]
         kind: Kind<B>,
-        guard: Option<LockGuard>,
+        guard: Option<Keep>,
     }
 }
 
@@ -55,7 +66,24 @@ impl<B> LockBody<B> {
     pub fn new(body: B, guard: Option<LockGuard>) -> Self {
         LockBody {
             kind: Kind::Inner { body },
-            guard,
+            guard: guard.map(Keep::Lock),
+        }
+    }
+
+    /// Wraps `body`; `permit`, if any, is dropped (the permit goes back once
+    /// no other clone of it is left) when the body ends, fails, or is
+    /// dropped. What a [`PermitLayer`](crate::PermitLayer) with
+    /// [`hold_until_body_end`](crate::PermitLayer::hold_until_body_end)
+    /// answers with.
+    ///
+    /// ```
+    /// let body = lock_tower::LockBody::with_permit(String::from("hello"), None);
+    /// assert!(!body.holds_permit());
+    /// ```
+    pub fn with_permit(body: B, permit: Option<RequestPermit>) -> Self {
+        LockBody {
+            kind: Kind::Inner { body },
+            guard: permit.map(Keep::Permit),
         }
     }
 
@@ -91,7 +119,18 @@ impl<B> LockBody<B> {
     /// assert!(!lock_tower::LockBody::new(String::new(), None).holds_lock());
     /// ```
     pub fn holds_lock(&self) -> bool {
-        self.guard.is_some()
+        matches!(self.guard, Some(Keep::Lock(_)))
+    }
+
+    /// Whether the body still holds the request's permit (a
+    /// [`PermitLayer`](crate::PermitLayer) with
+    /// [`hold_until_body_end`](crate::PermitLayer::hold_until_body_end)).
+    ///
+    /// ```
+    /// assert!(!lock_tower::LockBody::<String>::empty().holds_permit());
+    /// ```
+    pub fn holds_permit(&self) -> bool {
+        matches!(self.guard, Some(Keep::Permit(_)))
     }
 }
 
@@ -110,6 +149,7 @@ impl<B> fmt::Debug for LockBody<B> {
         f.debug_struct("LockBody")
             .field("kind", &kind)
             .field("holds_lock", &self.holds_lock())
+            .field("holds_permit", &self.holds_permit())
             .finish()
     }
 }

@@ -16,6 +16,13 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// lock name; or, with [`cancel_on_lost`](crate::LockLayer::cancel_on_lost),
 /// the lock was lost while the request ran and the request was cancelled.
 ///
+/// A [`PermitLayer`](crate::PermitLayer) answers with the same type when a
+/// request gets no permit of its key's limit: then
+/// [`is_permit_limit`](Self::is_permit_limit) is true, the key is the
+/// semaphore's name, "busy" means every permit stayed taken for the whole
+/// wait bound, and the texts (and the gRPC flavour's busy status) say
+/// "limit" rather than "lock".
+///
 /// Each flavour turns it into an answer: the HTTP flavour into a response
 /// (503 + `Retry-After` when busy, 500 when Redis failed, 400 for a bad
 /// key, 503 when lost), the gRPC flavour into a `tonic::Status`, the
@@ -39,6 +46,9 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 pub struct LockError {
     key: String,
     source: lock_core::Error,
+    /// The key names a [`PermitLayer`](crate::PermitLayer)'s semaphore,
+    /// not a lock.
+    permit: bool,
 }
 
 impl LockError {
@@ -53,10 +63,46 @@ impl LockError {
         LockError {
             key: key.into(),
             source,
+            permit: false,
         }
     }
 
-    /// The lock key the request mapped to.
+    /// An error of a [`PermitLayer`](crate::PermitLayer): no permit of the
+    /// limit `key` (a semaphore's name) could be taken, caused by
+    /// `source`. The same cases as for a lock; the answers say "limit".
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let full = lock_tower::LockError::for_permit(
+    ///     "limit:reports",
+    ///     lock_core::Error::WaitTimeout { name: "limit:reports".into(), waited: Duration::from_secs(1) },
+    /// );
+    /// assert!(full.is_busy() && full.is_permit_limit());
+    /// assert_eq!(full.to_string(), "concurrency limit `limit:reports` reached");
+    /// ```
+    pub fn for_permit(key: impl Into<String>, source: lock_core::Error) -> Self {
+        LockError {
+            key: key.into(),
+            source,
+            permit: true,
+        }
+    }
+
+    /// Whether the error comes from a [`PermitLayer`](crate::PermitLayer)
+    /// (the key names a concurrency limit's semaphore) rather than from a
+    /// [`LockLayer`](crate::LockLayer).
+    ///
+    /// ```
+    /// let lock = lock_tower::LockError::new("k", lock_core::Error::PoolTimeout);
+    /// let limit = lock_tower::LockError::for_permit("k", lock_core::Error::PoolTimeout);
+    /// assert!(!lock.is_permit_limit() && limit.is_permit_limit());
+    /// ```
+    pub fn is_permit_limit(&self) -> bool {
+        self.permit
+    }
+
+    /// The lock key the request mapped to (for a
+    /// [`PermitLayer`](crate::PermitLayer), the semaphore's name).
     ///
     /// ```
     /// let err = lock_tower::LockError::new("k", lock_core::Error::PoolTimeout);
@@ -223,6 +269,9 @@ impl LockError {
 
 impl fmt::Display for LockError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.permit {
+            return self.fmt_permit(f);
+        }
         if self.is_busy() {
             write!(f, "lock `{}` is busy", self.key)
         } else if self.is_invalid_key() {
@@ -239,6 +288,27 @@ impl fmt::Display for LockError {
             )
         } else {
             write!(f, "could not take lock `{}`", self.key)
+        }
+    }
+}
+
+impl LockError {
+    /// The texts of a [`PermitLayer`](crate::PermitLayer)'s errors.
+    fn fmt_permit(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.is_busy() {
+            write!(f, "concurrency limit `{}` reached", self.key)
+        } else if self.is_invalid_key() {
+            write!(f, "invalid limit key `{}`", self.key)
+        } else if self.is_lost() {
+            write!(f, "permit of `{}` was lost", self.key)
+        } else if self.is_not_replicated() {
+            write!(
+                f,
+                "permit of `{}` was not acknowledged by replicas",
+                self.key
+            )
+        } else {
+            write!(f, "could not take a permit of `{}`", self.key)
         }
     }
 }
@@ -308,5 +378,26 @@ mod tests {
             reasons,
             ["busy", "redis", "invalid_key", "lost", "not_replicated"]
         );
+    }
+
+    #[test]
+    fn permit_errors_keep_their_kinds_and_say_limit() {
+        let busy = LockError::for_permit(
+            "k",
+            lock_core::Error::WaitTimeout {
+                name: "k".into(),
+                waited: std::time::Duration::from_millis(1),
+            },
+        );
+        let redis = LockError::for_permit("k", lock_core::Error::PoolTimeout);
+        let invalid =
+            LockError::for_permit("", lock_core::Error::InvalidName { reason: "e".into() });
+        assert!(busy.is_busy() && busy.is_permit_limit() && busy.reason() == "busy");
+        assert!(redis.is_redis() && redis.reason() == "redis");
+        assert!(invalid.is_invalid_key() && invalid.reason() == "invalid_key");
+        assert_eq!(busy.to_string(), "concurrency limit `k` reached");
+        assert_eq!(redis.to_string(), "could not take a permit of `k`");
+        assert_eq!(invalid.to_string(), "invalid limit key ``");
+        assert!(!LockError::new("k", lock_core::Error::PoolTimeout).is_permit_limit());
     }
 }

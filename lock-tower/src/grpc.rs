@@ -41,6 +41,14 @@ type Rejection = Arc<dyn Fn(&LockError) -> Status + Send + Sync>;
 /// is called; tonic copies them into its `tonic::Request`, where
 /// [`HeldLockExt::held_lock`](crate::HeldLockExt::held_lock) reads it.
 ///
+/// Behind a [`PermitLayer`](crate::PermitLayer) (made by
+/// [`PermitLayer::grpc`](crate::PermitLayer::grpc)) a call that gets no
+/// permit within the wait bound is answered `RESOURCE_EXHAUSTED` (gRPC's
+/// code for a quota or limit; clients retry it only when told to); the
+/// other causes get the codes above. The call's
+/// [`RequestPermit`](crate::RequestPermit) goes into its extensions
+/// (`request.extensions().get::<RequestPermit>()`).
+///
 /// ```
 /// use lock_tower::{Grpc, LockError};
 /// let down = LockError::new("k", lock_core::Error::PoolTimeout);
@@ -48,8 +56,8 @@ type Rejection = Arc<dyn Fn(&LockError) -> Status + Send + Sync>;
 /// ```
 #[derive(Clone, Default)]
 pub struct Grpc {
-    hold_body: bool,
-    rejection: Option<Rejection>,
+    pub(crate) hold_body: bool,
+    pub(crate) rejection: Option<Rejection>,
 }
 
 impl fmt::Debug for Grpc {
@@ -70,6 +78,9 @@ impl Grpc {
     /// assert_eq!(Grpc::default_status(&busy).code(), tonic::Code::Unavailable);
     /// ```
     pub fn default_status(err: &LockError) -> Status {
+        if err.is_permit_limit() {
+            return Self::permit_status(err);
+        }
         if err.is_busy() {
             Status::unavailable("lock busy, retry later")
         } else if err.is_invalid_key() {
@@ -84,6 +95,24 @@ impl Grpc {
             Status::internal("lock upgrade refused")
         } else {
             Status::internal("lock unavailable")
+        }
+    }
+}
+
+impl Grpc {
+    /// A [`PermitLayer`](crate::PermitLayer)'s statuses: `RESOURCE_EXHAUSTED`
+    /// for a full limit, the lock layer's codes otherwise.
+    fn permit_status(err: &LockError) -> Status {
+        if err.is_busy() {
+            Status::resource_exhausted("concurrency limit reached, retry later")
+        } else if err.is_invalid_key() {
+            Status::invalid_argument("invalid limit key")
+        } else if err.is_closed() {
+            Status::unavailable("shutting down")
+        } else if err.is_lost() || err.is_not_replicated() {
+            Status::unavailable("permit unavailable")
+        } else {
+            Status::internal("limit unavailable")
         }
     }
 }

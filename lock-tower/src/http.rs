@@ -53,6 +53,15 @@ type Rejection = Arc<dyn Fn(&LockError) -> Response<Bytes> + Send + Sync>;
 /// The request's lock goes into the request's extensions before the inner
 /// service is called (see [`AttachHeldLock`]).
 ///
+/// The same flavour serves a [`PermitLayer`](crate::PermitLayer) (made by
+/// [`PermitLayer::new`](crate::PermitLayer::new)), with the same statuses
+/// and texts that name the limit ([`LockError::is_permit_limit`]): busy,
+/// no permit within the wait bound, `503` + `Retry-After` `concurrency
+/// limit reached, retry later`; invalid key `400` `invalid limit key`;
+/// client shut down `503` `shutting down`; Redis failed `500` `limit
+/// unavailable`. The request's [`RequestPermit`](crate::RequestPermit)
+/// goes into its extensions.
+///
 /// ```
 /// use lock_tower::{Http, LockError};
 /// let busy = LockError::new("k", lock_core::Error::WaitTimeout { name: "k".into(), waited: Default::default() });
@@ -62,9 +71,9 @@ type Rejection = Arc<dyn Fn(&LockError) -> Response<Bytes> + Send + Sync>;
 /// ```
 #[derive(Clone)]
 pub struct Http {
-    hold_body: bool,
-    retry_after: Duration,
-    rejection: Option<Rejection>,
+    pub(crate) hold_body: bool,
+    pub(crate) retry_after: Duration,
+    pub(crate) rejection: Option<Rejection>,
 }
 
 impl Default for Http {
@@ -101,7 +110,30 @@ impl Http {
     /// assert!(res.headers().get("retry-after").is_none());
     /// ```
     pub fn default_rejection(err: &LockError, retry_after: Duration) -> Response<Bytes> {
-        let (status, text) = if err.is_busy() {
+        let (status, text) = if err.is_permit_limit() {
+            Self::permit_answer(err)
+        } else {
+            Self::lock_answer(err)
+        };
+        let mut res = Response::new(Bytes::from_static(text.as_bytes()));
+        *res.status_mut() = status;
+        res.headers_mut().insert(
+            CONTENT_TYPE,
+            HeaderValue::from_static("text/plain; charset=utf-8"),
+        );
+        if err.is_busy() {
+            let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
+            res.headers_mut()
+                .insert(RETRY_AFTER, HeaderValue::from(secs.max(1)));
+        }
+        res
+    }
+}
+
+impl Http {
+    /// A lock layer's answers (the table above).
+    fn lock_answer(err: &LockError) -> (StatusCode, &'static str) {
+        if err.is_busy() {
             (StatusCode::SERVICE_UNAVAILABLE, "lock busy, retry later\n")
         } else if err.is_invalid_key() {
             (StatusCode::BAD_REQUEST, "invalid lock key\n")
@@ -121,19 +153,26 @@ impl Http {
             (StatusCode::INTERNAL_SERVER_ERROR, "lock upgrade refused\n")
         } else {
             (StatusCode::INTERNAL_SERVER_ERROR, "lock unavailable\n")
-        };
-        let mut res = Response::new(Bytes::from_static(text.as_bytes()));
-        *res.status_mut() = status;
-        res.headers_mut().insert(
-            CONTENT_TYPE,
-            HeaderValue::from_static("text/plain; charset=utf-8"),
-        );
-        if err.is_busy() {
-            let secs = retry_after.as_secs() + u64::from(retry_after.subsec_nanos() > 0);
-            res.headers_mut()
-                .insert(RETRY_AFTER, HeaderValue::from(secs.max(1)));
         }
-        res
+    }
+
+    /// A [`PermitLayer`](crate::PermitLayer)'s answers: the same statuses,
+    /// texts that say "limit".
+    fn permit_answer(err: &LockError) -> (StatusCode, &'static str) {
+        if err.is_busy() {
+            (
+                StatusCode::SERVICE_UNAVAILABLE,
+                "concurrency limit reached, retry later\n",
+            )
+        } else if err.is_invalid_key() {
+            (StatusCode::BAD_REQUEST, "invalid limit key\n")
+        } else if err.is_closed() {
+            (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+        } else if err.is_lost() || err.is_not_replicated() {
+            (StatusCode::SERVICE_UNAVAILABLE, "permit unavailable\n")
+        } else {
+            (StatusCode::INTERNAL_SERVER_ERROR, "limit unavailable\n")
+        }
     }
 }
 

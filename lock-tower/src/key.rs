@@ -7,7 +7,9 @@ use lock_core::LockMode;
 ///
 /// Requests that map to the same key run one at a time across every
 /// process that uses the same Redis (and the same key prefix); requests
-/// with different keys run concurrently.
+/// with different keys run concurrently. A [`PermitLayer`](crate::PermitLayer)
+/// takes the same key functions: there the key names the request's
+/// concurrency limit (a semaphore), shared by at most that many requests.
 ///
 /// Closures `Fn(&Req) -> Option<T>` with `T: Into<String>` implement it, so
 /// a key function is usually just a closure; ready-made extractors for HTTP

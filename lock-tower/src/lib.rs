@@ -1,5 +1,7 @@
 //! A tower [`Layer`](tower_layer::Layer) that serializes requests per key
-//! across every replica of a service, with a [`lock_core`] lock on Redis.
+//! across every replica of a service, with a [`lock_core`] lock on Redis;
+//! and [`PermitLayer`], which lets at most N requests per key run at once
+//! across every replica (see "Per-key concurrency limit").
 //!
 //! ```text
 //! POST /accounts/7/withdraw ─┐
@@ -260,6 +262,63 @@
 //! [`LockError::is_lost`]). It covers the handler up to its response, not a
 //! body streamed under [`hold_until_body_end`](LockLayer::hold_until_body_end).
 //!
+//! # Per-key concurrency limit
+//!
+//! [`PermitLayer`] is tower's `ConcurrencyLimitLayer` per key and across
+//! replicas: requests that map to the same key share the key's `permits`
+//! permits of an expirable semaphore in Redis
+//! ([`lock_core::PermitSemaphore`], Redisson's
+//! `RPermitExpirableSemaphore`), so at most that many run at once on all
+//! replicas together. The same key functions, flavours and options as
+//! [`LockLayer`]:
+//!
+//! | made by | when no permit comes within the wait bound ([`DEFAULT_PERMIT_WAIT`], 1 s) | the permit in the handler |
+//! |---|---|---|
+//! | [`PermitLayer::new`] ([`Http`]) | `503` + `Retry-After` (whole seconds, at least 1) | `Extension<RequestPermit>`, `req.extensions().get::<RequestPermit>()` |
+//! | [`PermitLayer::grpc`] ([`Grpc`], feature `tonic`) | `RESOURCE_EXHAUSTED` | `request.extensions().get::<RequestPermit>()` |
+//! | [`PermitLayer::generic`] ([`Generic`]) | `Err(BoxError)` holding a [`LockError`] (`is_busy()`, `is_permit_limit()`) | not carried |
+//!
+//! Other failures are answered as the lock layer answers them (400 invalid
+//! key, 500 Redis failed, 503 client shut down). Each permit is renewed by
+//! the client's watchdog while its request runs (a crashed replica's
+//! permits come back within one lease) and goes back when the response is
+//! produced, or with [`hold_until_body_end`](PermitLayer::hold_until_body_end)
+//! when its body ends; also when the handler fails, panics or is
+//! cancelled. The first time a layer sees a key it creates the key's
+//! semaphore with its `permits` ([`try_set_permits`](lock_core::PermitSemaphore::try_set_permits)):
+//! a semaphore that exists keeps its count, so a changed limit applies to
+//! new keys only (see [`PermitLayer`], "The limit of each key"). Give its
+//! keys a prefix of their own: a lock and a semaphore of one name share a
+//! Redis key.
+//!
+//! ```
+//! use std::time::Duration;
+//! use axum::{body::Body, extract::Path, http::Request, routing::post, Extension, Router};
+//! use lock_tower::{PathSegment, PermitLayer, RequestPermit};
+//! use tower::ServiceExt;
+//!
+//! async fn render(Path(id): Path<u64>, Extension(permit): Extension<RequestPermit>) -> String {
+//!     // one of at most 4 renders of this document, on every replica together
+//!     format!("rendered {id} under {}", permit.name())
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lock_tower::BoxError> {
+//! # let server = lock_tests::RedisServer::start()?;
+//! # let client = lock_core::LockClient::builder(server.url()).build()?;
+//! let app = Router::new()
+//!     .route("/docs/{id}/render", post(render))
+//!     .route_layer(
+//!         PermitLayer::new(client, PathSegment::after("docs").prefix("renders:"), 4)
+//!             .wait(Duration::from_millis(500)), // then 503 + Retry-After: 1
+//!     );
+//!
+//! let res = app.oneshot(Request::post("/docs/7/render").body(Body::empty())?).await?;
+//! assert_eq!(res.status(), 200);
+//! # Ok(())
+//! # }
+//! ```
+//!
 //! # Logging
 //!
 //! The layer emits one [`tracing`](https://docs.rs/tracing) event (target
@@ -276,6 +335,10 @@
 //! | `upgrade_refused` | WARN, with an `error` field | a read-write layer's request asked for the write side under its own read ([`LockError::is_upgrade_refused`]): a mistake in the service |
 //! | `redis` | WARN, with an `error` field | Redis failed |
 //!
+//! A [`PermitLayer`]'s rejections are the same events with the field
+//! `limit` (the key) instead of `lock`; `busy` means the limit stayed full
+//! for the whole wait bound.
+//!
 //! Contention and bad input are the normal life of a locked service, so
 //! they stay at DEBUG; a Redis failure is the server's fault and turns into
 //! 500s, so it is the one rejection logged at WARN. Requests that take
@@ -290,6 +353,7 @@
 //! | metric | type | labels |
 //! |---|---|---|
 //! | `lock_tower_rejections_total` | counter | `reason`: `busy`, `invalid_key`, `lost`, `closed`, `not_replicated`, `upgrade_refused`, `redis` (as in "Logging") |
+//! | `lock_tower_permit_rejections_total` | counter | `reason`, as above: a [`PermitLayer`]'s rejections (`busy`: the limit was full) |
 //!
 //! Incremented once per rejection, by every layer of the process. There
 //! is no per-key label: keys are unbounded (one per account, tenant, ...)
@@ -297,8 +361,8 @@
 //!
 //! # Features
 //!
-//! - `http` (default): the [`Http`] flavour, [`LockBody`], the key
-//!   extractors and [`HeldLockExt`].
+//! - `http` (default): the [`Http`] flavour (of [`LockLayer`] and
+//!   [`PermitLayer`]), [`LockBody`], the key extractors and [`HeldLockExt`].
 //! - `axum` (default, implies `http`): the [`Held`] extractor, through
 //!   `axum-core` (no dependency on axum itself).
 //! - `tonic`: the [`Grpc`] flavour (implies `http`), and [`HeldLockExt`]
@@ -312,6 +376,7 @@ mod key;
 mod lock;
 mod mode;
 mod observe;
+mod permit;
 
 #[cfg(feature = "http")]
 mod body;
@@ -331,6 +396,10 @@ pub use lock::{Lock, LockLayer, ResponseFuture, DEFAULT_WAIT};
 pub use mode::{AlwaysWrite, ClassifyRequest, ReadWrite};
 #[cfg(feature = "http")]
 pub use mode::{ReadPaths, SafeMethodsRead};
+pub use permit::{
+    AttachPermit, PermitFlavour, PermitFuture, PermitLayer, PermitLimit, RequestPermit,
+    DEFAULT_PERMIT_WAIT,
+};
 
 #[cfg(feature = "http")]
 pub use body::LockBody;

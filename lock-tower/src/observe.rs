@@ -7,11 +7,19 @@ use crate::error::LockError;
 #[cfg(feature = "metrics")]
 pub(crate) const REJECTIONS: &str = "lock_tower_rejections_total";
 
+/// The counter of a permit layer's rejections, labelled `reason`
+/// (feature `metrics`).
+#[cfg(feature = "metrics")]
+pub(crate) const PERMIT_REJECTIONS: &str = "lock_tower_permit_rejections_total";
+
 /// The target of the layer's events.
 const TARGET: &str = "lock_tower";
 
 /// Reports one rejection: an event at the reason's level, and the counter.
 pub(crate) fn rejection(err: &LockError) {
+    if err.is_permit_limit() {
+        return permit_rejection(err);
+    }
     let reason = err.reason();
     let lock = err.key();
     if err.is_busy() || err.is_invalid_key() {
@@ -26,6 +34,23 @@ pub(crate) fn rejection(err: &LockError) {
     }
     #[cfg(feature = "metrics")]
     metrics::counter!(REJECTIONS, "reason" => reason).increment(1);
+}
+
+/// Reports one rejection of a permit layer: as a lock layer's, with the
+/// field `limit` (the key) and a counter of its own.
+fn permit_rejection(err: &LockError) {
+    let reason = err.reason();
+    let limit = err.key();
+    if err.is_busy() || err.is_invalid_key() {
+        tracing::debug!(target: TARGET, limit, reason, "request rejected: {err}");
+    } else if err.is_closed() {
+        tracing::info!(target: TARGET, limit, reason, "request rejected: {err}");
+    } else {
+        let error = err.lock_error();
+        tracing::warn!(target: TARGET, limit, reason, %error, "request rejected: {err}");
+    }
+    #[cfg(feature = "metrics")]
+    metrics::counter!(PERMIT_REJECTIONS, "reason" => reason).increment(1);
 }
 
 #[cfg(all(test, feature = "metrics"))]
@@ -82,6 +107,27 @@ mod tests {
             .map(|(r, n)| (r.to_string(), n))
             .into();
         assert_eq!(seen, expected);
+    }
+
+    #[test]
+    fn permit_rejections_count_under_their_own_name() {
+        let recorder = DebuggingRecorder::new();
+        let snapshotter = recorder.snapshotter();
+        let full = LockError::for_permit(
+            "limit:k",
+            lock_core::Error::WaitTimeout {
+                name: "limit:k".into(),
+                waited: Default::default(),
+            },
+        );
+        metrics::with_local_recorder(&recorder, || rejection(&full));
+        let names: Vec<String> = snapshotter
+            .snapshot()
+            .into_vec()
+            .into_iter()
+            .map(|(key, ..)| key.key().name().to_string())
+            .collect();
+        assert_eq!(names, [PERMIT_REJECTIONS]);
     }
 
     #[test]

@@ -186,3 +186,115 @@ pub fn lock_error(err: &BoxError) -> &LockError {
     err.downcast_ref::<LockError>()
         .unwrap_or_else(|| panic!("expected a LockError, got {err}"))
 }
+
+/// An independent observer of "never more than `limit` inside", kept
+/// outside the library: an in-process count (shared by every app of the
+/// test process) and a Redis counter updated with INCR / DECR on a raw
+/// connection of its own. Every handler section enters and leaves it;
+/// an entry that finds more than `limit` inside (either count) is a
+/// violation.
+pub struct LimitProbe {
+    limit: i64,
+    inside: std::sync::atomic::AtomicI64,
+    max_inside: std::sync::atomic::AtomicI64,
+    over: AtomicU64,
+    entered: AtomicU64,
+    conn: redis::aio::MultiplexedConnection,
+    key: String,
+}
+
+impl LimitProbe {
+    /// A probe of `limit` whose Redis counter is `observer:limit:<name>`.
+    pub async fn new(server: &lock_tests::RedisServer, name: &str, limit: i64) -> Arc<Self> {
+        let mut conn = super::raw(server).await;
+        let key = format!("observer:limit:{name}");
+        let _: () = super::cmd(&mut conn, &["DEL", &key, &format!("{key}:over")]).await;
+        Arc::new(LimitProbe {
+            limit,
+            inside: Default::default(),
+            max_inside: Default::default(),
+            over: AtomicU64::new(0),
+            entered: AtomicU64::new(0),
+            conn,
+            key,
+        })
+    }
+
+    /// Enters; the returned guard leaves when dropped (also when the
+    /// handler is cancelled or panics).
+    pub async fn enter(self: &Arc<Self>) -> LimitSection {
+        self.entered.fetch_add(1, Ordering::SeqCst);
+        let now = self.inside.fetch_add(1, Ordering::SeqCst) + 1;
+        self.max_inside.fetch_max(now, Ordering::SeqCst);
+        if now > self.limit {
+            self.over.fetch_add(1, Ordering::SeqCst);
+        }
+        let mut conn = self.conn.clone();
+        let in_redis: i64 = super::cmd(&mut conn, &["INCR", &self.key]).await;
+        if in_redis > self.limit {
+            let _: i64 = super::cmd(&mut conn, &["INCR", &format!("{}:over", self.key)]).await;
+        }
+        LimitSection(Some(self.clone()))
+    }
+
+    /// One section of about `work`: enters, waits, leaves (the Redis
+    /// counter is decremented before this returns, so before the request's
+    /// permit can go back).
+    pub async fn section(self: &Arc<Self>, work: Duration) {
+        let inside = self.enter().await;
+        tokio::time::sleep(work).await;
+        inside.leave().await;
+    }
+
+    /// The most sections seen inside at once (in-process count).
+    pub fn max_inside(&self) -> i64 {
+        self.max_inside.load(Ordering::SeqCst)
+    }
+
+    /// Sections inside now (in-process count).
+    pub fn inside(&self) -> i64 {
+        self.inside.load(Ordering::SeqCst)
+    }
+
+    pub fn entered(&self) -> u64 {
+        self.entered.load(Ordering::SeqCst)
+    }
+
+    /// Entries that found more than the limit inside: (in-process, Redis).
+    pub async fn violations(&self) -> (u64, i64) {
+        let mut conn = self.conn.clone();
+        let in_redis: Option<i64> =
+            super::cmd(&mut conn, &["GET", &format!("{}:over", self.key)]).await;
+        (self.over.load(Ordering::SeqCst), in_redis.unwrap_or(0))
+    }
+}
+
+/// One section inside a [`LimitProbe`]: [`leave`](Self::leave) it; when
+/// dropped instead (a cancelled or panicking handler) it leaves in the
+/// background.
+pub struct LimitSection(Option<Arc<LimitProbe>>);
+
+impl LimitSection {
+    /// Leaves: both counts are down when this returns.
+    pub async fn leave(mut self) {
+        if let Some(probe) = self.0.take() {
+            probe.inside.fetch_sub(1, Ordering::SeqCst);
+            let mut conn = probe.conn.clone();
+            let _: i64 = super::cmd(&mut conn, &["DECR", &probe.key]).await;
+        }
+    }
+}
+
+impl Drop for LimitSection {
+    fn drop(&mut self) {
+        let Some(probe) = self.0.take() else {
+            return;
+        };
+        probe.inside.fetch_sub(1, Ordering::SeqCst);
+        let mut conn = probe.conn.clone();
+        let key = probe.key.clone();
+        tokio::spawn(async move {
+            let _: i64 = super::cmd(&mut conn, &["DECR", &key]).await;
+        });
+    }
+}
