@@ -158,6 +158,8 @@ struct Inner {
     dropped: BTreeMap<String, Vec<String>>,
     /// Clients whose error hook reported a background failure.
     hook_called: std::collections::BTreeSet<String>,
+    /// (client id, `c<n>`) of every client.
+    client_ids: Vec<(String, String)>,
     /// Per lock: since when the observer has seen it free.
     free_since: BTreeMap<String, Instant>,
     /// Restarts: when each began and when the server was back.
@@ -265,6 +267,7 @@ impl Observer {
                 release_failed: std::collections::BTreeSet::new(),
                 dropped: BTreeMap::new(),
                 hook_called: std::collections::BTreeSet::new(),
+                client_ids: Vec::new(),
                 free_since: BTreeMap::new(),
                 restarts: Vec::new(),
                 sem: sem::SemState::default(),
@@ -600,6 +603,19 @@ impl Observer {
             || inner.dropped.iter().any(|(client, owners)| {
                 inner.hook_called.contains(client) && owners.iter().any(|o| o == owner)
             })
+            // a hold no task ever received (its acquisition's reply was
+            // lost, its cancellation failed and was reported)
+            || (!inner.began.contains_key(owner)
+                && inner.client_ids.iter().any(|(id, client)| {
+                    owner.starts_with(id.as_str()) && inner.hook_called.contains(client)
+                }))
+    }
+
+    /// Client `c<n>` has the client id `id` (owner ids begin with it).
+    pub(crate) fn client_id(&self, client: &str, id: &str) {
+        self.inner()
+            .client_ids
+            .push((id.to_owned(), client.to_owned()));
     }
 
     /// The guards of the tasks whose names start with `prefix` that are

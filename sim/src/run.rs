@@ -126,6 +126,7 @@ async fn simulate(scenario: Scenario, options: &Options) -> Outcome {
             .build();
         match built {
             Ok(client) => {
+                observer.client_id(&format!("c{c}"), client.client_id());
                 client_ids.push(client.client_id().to_owned());
                 clients.push(Some(Arc::new(client)));
             }

@@ -89,14 +89,18 @@ impl Task {
         if sems.is_empty() {
             return;
         }
-        for (spec, sem) in &sems {
-            self.set_permits(spec, sem).await;
-        }
+        // Whether this task has seen each semaphore set (a try_set_permits
+        // answered): until then, each round on it asks first.
+        let mut set = vec![false; sems.len()];
         for _ in 0..MAX_ROUNDS {
             if Instant::now() >= self.until {
                 break;
             }
-            let (spec, sem) = &sems[self.rng.usize(0..sems.len())];
+            let pick = self.rng.usize(0..sems.len());
+            let (spec, sem) = &sems[pick];
+            if !set[pick] {
+                set[pick] = self.set_permits(spec, sem).await;
+            }
             let n = if spec.permits > 2 && self.rng.u32(0..4) == 0 {
                 2
             } else {
@@ -115,7 +119,9 @@ impl Task {
                 55..=69 => self.permits_with_lease(spec, sem, n).await,
                 70..=84 => self.cancelled_permits(spec, sem, n).await,
                 85..=92 => self.look(sem).await,
-                _ => self.set_permits(spec, sem).await,
+                _ => {
+                    self.set_permits(spec, sem).await;
+                }
             }
             let gap = up_to(&mut self.rng, Duration::from_millis(30));
             tokio::time::sleep(gap).await;
@@ -123,15 +129,24 @@ impl Task {
     }
 
     /// `try_set_permits(N)`: sets the counter when it is not there (at the
-    /// start, after a restart lost it).
-    async fn set_permits(&mut self, spec: &SemSpec, sem: &Sem) {
+    /// start, after a restart lost it); whether it answered (the counter
+    /// is there now).
+    async fn set_permits(&mut self, spec: &SemSpec, sem: &Sem) -> bool {
         match sem.try_set_permits(u64::from(spec.permits)).await {
-            Ok(true) => self.observer.event(format!(
-                "{} set {} permits of {}",
-                self.who, spec.permits, spec.name
-            )),
-            Ok(false) => {}
-            Err(err) => self.failed("try_set_permits", &spec.name, &err),
+            Ok(set) => {
+                if set {
+                    self.observer.event(format!(
+                        "{} set {} permits of {}",
+                        self.who, spec.permits, spec.name
+                    ));
+                }
+                self.observer.permits_there(&spec.name);
+                true
+            }
+            Err(err) => {
+                self.failed("try_set_permits", &spec.name, &err);
+                false
+            }
         }
     }
 

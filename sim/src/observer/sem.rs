@@ -33,6 +33,9 @@ pub(super) struct SemState {
     /// Every expirable permit id entered: (client, the hold's owner: the
     /// acquisition's ids).
     ids: BTreeMap<String, (String, String)>,
+    /// Per semaphore: when a `try_set_permits` last answered (the counter
+    /// was there then).
+    there: BTreeMap<String, Instant>,
 }
 
 /// Permits the workload relies on: dropped when it stops relying on them.
@@ -177,6 +180,14 @@ impl Observer {
             observer: self.clone(),
             id,
         }
+    }
+
+    /// A `try_set_permits` of `sem` answered: its counter is there now.
+    pub(crate) fn permits_there(&self, sem: &str) {
+        self.inner()
+            .sem
+            .there
+            .insert(sem.to_owned(), Instant::now());
     }
 
     /// `available()` answered `available` for `sem`: never above N (but on
@@ -329,13 +340,24 @@ impl Observer {
     /// kind: only when no client crashed, no restart lost the counter and
     /// no release failed, since its permits are nobody's).
     pub(crate) fn check_conservation(&self, crashed: bool) {
-        let (specs, restarted, failures) = {
+        let (specs, restarted, failures, there) = {
             let inner = self.inner();
+            let last_restart = inner.restarts.iter().map(|(at, _)| *at).max();
+            // the semaphores whose counter was seen there since the last
+            // restart: it must be there at the end
+            let there: Vec<String> = inner
+                .sem
+                .there
+                .iter()
+                .filter(|(_, at)| last_restart.is_none_or(|r| **at > r))
+                .map(|(sem, _)| sem.clone())
+                .collect();
             (
                 inner.sem.specs.clone(),
                 !inner.restarts.is_empty(),
                 // a plain permit's release that failed (its owner: none)
                 inner.release_failed.contains("") || !inner.hook_called.is_empty(),
+                there,
             )
         };
         for spec in &specs {
@@ -357,19 +379,22 @@ impl Observer {
                     ),
                 );
             }
-            if spec.expirable {
-                match seen.counter {
-                    None if restarted => {
-                        self.event(format!("{} not set again after the restart", spec.name))
-                    }
-                    counter if counter.unwrap_or(0) + seen.held != n => self.violation(
+            if seen.counter.is_none() && !there.contains(&spec.name) {
+                // never seen set (every try_set_permits failed), or not
+                // set again after a restart lost it
+                self.event(format!(
+                    "{} not set since the start or the last restart",
+                    spec.name
+                ));
+            } else if spec.expirable {
+                if seen.counter.unwrap_or(0) + seen.held != n {
+                    self.violation(
                         Invariant::PermitsConserved,
                         format!(
-                            "{}: counter {counter:?} + {} permit ids != N = {n}",
-                            spec.name, seen.held
+                            "{}: counter {:?} + {} permit ids != N = {n}",
+                            spec.name, seen.counter, seen.held
                         ),
-                    ),
-                    _ => {}
+                    );
                 }
             } else if crashed || restarted || failures {
                 self.event(format!(
