@@ -3,7 +3,9 @@
 //! Starts a private redis-server (or uses `--url`), runs the workloads of
 //! issue 6 — the L-min references (L-min-mux over one multiplexed
 //! connection shared by all tasks, L-min-pool over lock-core's pool shape;
-//! see `workloads/refs.rs`) and L-serial, W1 (uncontended), W2
+//! see `workloads/refs.rs`) and L-serial, W1 (uncontended), S1 (permits
+//! uncontended: each task acquire 1 + release on a semaphore of its own,
+//! the expirable and the plain kind, set against L-min and W1), W2
 //! (contended, one process), W3 (contended, several processes: copies of
 //! this program), W3NP (the same with one task per process, which asks
 //! again the moment its release returns), R1 (readers only on one key of a
@@ -23,7 +25,7 @@
 //! `server_cpu_us_per_cycle`: the server's (`INFO cpu`) over the same window.
 //!
 //! ```text
-//! lock-bench [--url URL] [--workloads REF,W1,W2,R1,M1,W3,W3NP,WD,LAYER] [--duration 5] [--warmup 1]
+//! lock-bench [--url URL] [--workloads REF,W1,S1,W2,R1,M1,W3,W3NP,WD,LAYER] [--duration 5] [--warmup 1]
 //!            [--tasks 16] [--processes 4] [--wd-counts 10000,100000] [--wd-periods 3] [--ref-conns 1]
 //!            [--redis-cpu 0] [--bench-cpu 1] [--smoke]
 //! ```
@@ -46,7 +48,7 @@ use tokio::runtime::Runtime;
 use crate::args::{ChildOptions, Command, Options, Workload, USAGE};
 use crate::load::{load_average, Usage};
 use crate::report::Measurement;
-use crate::workloads::{layer, refs, rw, w1, w2, w3, wd, Ctx};
+use crate::workloads::{layer, refs, rw, sem, w1, w2, w3, wd, Ctx};
 
 /// Errors of the benchmark: reported on stderr, never unwrapped.
 pub(crate) type BenchResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
@@ -306,6 +308,10 @@ fn run_workloads(
             Workload::W1 => [w1::Lease::Watchdog, w1::Lease::Fixed]
                 .into_iter()
                 .map(|lease| (lease.lib(), "W1".into(), rt.block_on(w1::run(ctx, lease))))
+                .collect(),
+            Workload::S1 => [sem::Kind::Expirable, sem::Kind::Plain]
+                .into_iter()
+                .map(|kind| (kind.lib(), "S1".into(), rt.block_on(sem::run(ctx, kind))))
                 .collect(),
             Workload::W2 => vec![("lock-core", "W2".into(), rt.block_on(w2::run(ctx)))],
             Workload::R1 => vec![("lock-core", "R1".into(), rt.block_on(rw::r1(ctx)))],

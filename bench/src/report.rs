@@ -175,6 +175,7 @@ pub(crate) fn summary(all: &[Measurement], setup: &str) -> String {
 
     let l_serial = find(all, "L-serial", "W2").and_then(|m| m.cycles_per_s);
     w1_summary(all, &mut line);
+    s1_summary(all, &mut line);
 
     // (workload, target of the ratio to L-serial and of Jain's index): W3NP
     // has one target, "no process starved".
@@ -346,6 +347,52 @@ fn rw_summary(all: &[Measurement], line: &mut impl FnMut(String)) {
         waits(writes),
         waits(reads)
     ));
+}
+
+/// The S1 libs: expirable permits, plain permits.
+pub(crate) const S1_LIBS: [(&str, &str); 2] = [
+    ("lock-core-permit", "expirable permits (watchdog)"),
+    ("lock-core-sem", "plain permits"),
+];
+
+/// The S1 lines: permits/s of each kind against the faster L-min reference
+/// and W1 of the same run (no target), and their CPU per permit.
+fn s1_summary(all: &[Measurement], line: &mut impl FnMut(String)) {
+    let rate = |lib: &str, workload: &str| {
+        find(all, lib, workload)
+            .and_then(|m| m.cycles_per_s)
+            .filter(|r| *r > 0.0)
+    };
+    let faster = [L_MIN_MUX, L_MIN_POOL]
+        .into_iter()
+        .filter_map(|lib| Some((lib, rate(lib, "W1")?)))
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    let w1 = rate("lock-core", "W1");
+    for (lib, what) in S1_LIBS {
+        let Some(m) = find(all, lib, "S1") else {
+            continue;
+        };
+        let Some(permits) = m.cycles_per_s else {
+            line(format!("S1  {lib}: no figures ({})", m.notes));
+            continue;
+        };
+        let vs_ref = match faster {
+            Some((best, r)) => format!("ratio {:.3} to {best} ({r:.0})", permits / r),
+            None => "(no L-min in this run: run REF too)".into(),
+        };
+        let vs_w1 = w1.map_or(String::new(), |w| format!(", {:.3} to W1", permits / w));
+        let cpu = |v: Option<f64>| v.map_or("-".into(), |us| format!("{us:.2} us"));
+        line(format!(
+            "S1  {lib} {permits:>9.0} permits/s, {what}, acquire 1 + release on a semaphore of its own  {vs_ref}{vs_w1}  (no target)"
+        ));
+        line(format!(
+            "      per permit: client CPU {}, server CPU {}; cycle latency p50 {}, p99 {}",
+            cpu(m.client_cpu_us_per_cycle),
+            cpu(m.server_cpu_us_per_cycle),
+            cpu(m.p50_us),
+            cpu(m.p99_us)
+        ));
+    }
 }
 
 /// The W1 lines: W1 against both L-min references, the ratio to the faster
@@ -720,6 +767,44 @@ mod tests {
         let s = summary(&[r1], "test");
         assert!(s.contains("(no W1 in this run: run W1 too)"), "{s}");
         assert!(!s.contains("M1"), "{s}");
+    }
+
+    #[test]
+    fn s1_is_set_against_the_faster_l_min_and_w1() {
+        let line = |lib: &str, workload: &str, rate: f64| Measurement {
+            lib: lib.into(),
+            workload: workload.into(),
+            cycles_per_s: Some(rate),
+            ..Default::default()
+        };
+        let mut permit = line("lock-core-permit", "S1", 20_000.0);
+        permit.client_cpu_us_per_cycle = Some(30.0);
+        permit.p50_us = Some(800.0);
+        let all = vec![
+            line(L_MIN_MUX, "W1", 50_000.0),
+            line(L_MIN_POOL, "W1", 40_000.0),
+            line("lock-core", "W1", 25_000.0),
+            permit,
+            line("lock-core-sem", "S1", 30_000.0),
+        ];
+        let s = summary(&all, "test");
+        assert!(
+            s.contains("S1  lock-core-permit     20000 permits/s, expirable permits (watchdog), acquire 1 + release on a semaphore of its own  ratio 0.400 to L-min-mux (50000), 0.800 to W1  (no target)"),
+            "{s}"
+        );
+        assert!(
+            s.contains(
+                "per permit: client CPU 30.00 us, server CPU -; cycle latency p50 800.00 us, p99 -"
+            ),
+            "{s}"
+        );
+        assert!(
+            s.contains("S1  lock-core-sem     30000 permits/s, plain permits")
+                && s.contains("ratio 0.600 to L-min-mux (50000), 1.200 to W1"),
+            "{s}"
+        );
+        let s = summary(&[line("lock-core-sem", "S1", 30_000.0)], "test");
+        assert!(s.contains("(no L-min in this run: run REF too)"), "{s}");
     }
 
     #[test]

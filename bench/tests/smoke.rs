@@ -1,7 +1,8 @@
 //! CI smoke test: runs the whole benchmark with `--smoke` against a private
 //! redis-server and checks the shape of its output and the invariants of
-//! the lock-core workloads (the read-write lock's R1 and M1 included) and
-//! of LAYER (every HTTP answer 200). No timing is asserted.
+//! the lock-core workloads (the read-write lock's R1 and M1, the
+//! semaphores' S1 included) and of LAYER (every HTTP answer 200). No
+//! timing is asserted.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -121,12 +122,13 @@ fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
         }
         let cpu_line = (v["workload"] == "W1"
             && CPU_LINES.iter().any(|lib| v["lib"].as_str() == Some(lib)))
-            || (v["workload"] == "R1" && v["lib"] == "lock-core");
+            || (v["workload"] == "R1" && v["lib"] == "lock-core")
+            || v["workload"] == "S1";
         if !cpu_line {
             for f in ["client_cpu_us_per_cycle", "server_cpu_us_per_cycle"] {
                 assert!(
                     obj[f].is_null(),
-                    "{f} only on W1, R1 and the L-min references: {v}"
+                    "{f} only on W1, S1, R1 and the L-min references: {v}"
                 );
             }
         }
@@ -226,6 +228,33 @@ fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
         err.contains("M1  lock-core reads")
             && err.contains("writers' wait under continuous readers: p50"),
         "the summary must give M1's rates and the writers' waits:\n{err}"
+    );
+
+    // Permits uncontended (S1): both kinds, every permit back (the
+    // workload fails otherwise), set against L-min and W1 in the summary.
+    for lib in ["lock-core-permit", "lock-core-sem"] {
+        let v = find(lib, "S1");
+        assert!(v["cycles_per_s"].as_f64().is_some_and(|r| r > 0.0), "{v}");
+        assert!(v["p50_us"].is_number() && v["p99_us"].is_number(), "{v}");
+        for f in ["client_cpu_us_per_cycle", "server_cpu_us_per_cycle"] {
+            assert!(v[f].as_f64().is_some_and(|c| c > 0.0), "{f}: {v}");
+        }
+        assert!(
+            v["notes"]
+                .as_str()
+                .is_some_and(|n| n.contains("every permit back at the end")),
+            "{v}"
+        );
+        assert!(
+            err.contains(&format!("S1  {lib}")) && err.contains("permits/s"),
+            "the summary must give S1's permits/s of {lib}:
+{err}"
+        );
+    }
+    assert!(
+        err.contains("to L-min-") && err.contains("to W1  (no target)"),
+        "the summary must set S1 against L-min and W1 of the same run:
+{err}"
     );
 
     let wd = find("lock-core", "WD");

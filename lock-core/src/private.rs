@@ -354,6 +354,20 @@ pub fn rw_acquire_script_sha() -> String {
     crate::protocol::Scripts::new().rw_acquire.sha().to_owned()
 }
 
+/// The SHA1 of the semaphores' add script (a plain release, `add_permits`),
+/// as `EVALSHA` names it (lock-sim's planted bugs recognise releases by it).
+#[cfg(feature = "memory")]
+pub fn sem_add_script_sha() -> String {
+    crate::protocol::Scripts::new().sem_add.sha().to_owned()
+}
+
+/// The SHA1 of the expirable semaphore's release script, as `EVALSHA`
+/// names it (lock-sim's planted bugs recognise releases by it).
+#[cfg(feature = "memory")]
+pub fn sem_release_script_sha() -> String {
+    crate::protocol::Scripts::new().sem_release.sha().to_owned()
+}
+
 /// Draws this thread's client ids, request-id prefixes, back-off jitter
 /// and owner numbers from `seed` while the value lives (lock-sim: a
 /// replayed seed names everything the same way).

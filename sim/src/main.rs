@@ -23,7 +23,8 @@ struct Args {
     /// Virtual time each seed's workload runs, in ms.
     #[arg(long, default_value_t = 4000)]
     duration_ms: u64,
-    /// Plant a known bug back: late-release, fast-clock.
+    /// Plant a known bug back: late-release, fast-clock, lost-unlocks,
+    /// shared-writer, generous-release.
     #[arg(long)]
     plant: Option<Plant>,
     /// Stop after this many minutes of real time.

@@ -7,6 +7,8 @@ use std::hash::{Hash, Hasher};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+mod sem;
+
 use lock_core::__private::MemoryServerForTests;
 use lock_core::{HeldLock, LockGuard, LockMode};
 use redis::Value;
@@ -43,6 +45,15 @@ pub enum Invariant {
     /// released hold is gone from Redis before a lease could have expired
     /// it, no client still renews anything, and in the end nothing is left.
     EveryHoldEnds,
+    /// Never more than a semaphore's N permits held validly at one
+    /// instant (checked whenever permits are taken), and never more than
+    /// N available.
+    PermitsWithinLimit,
+    /// At the end of a semaphore seed, leases past and the network calm,
+    /// every permit is accounted for: counter + permit ids = N (the
+    /// expirable kind; the plain kind: counter = N, when no client crashed,
+    /// no restart lost the counter and no release failed).
+    PermitsConserved,
 }
 
 impl std::fmt::Display for Invariant {
@@ -54,6 +65,8 @@ impl std::fmt::Display for Invariant {
             Invariant::WaitWithinBound => "wait within bound",
             Invariant::NoWaitWhileFree => "no wait while free",
             Invariant::EveryHoldEnds => "every hold ends",
+            Invariant::PermitsWithinLimit => "permits within limit",
+            Invariant::PermitsConserved => "permits conserved",
         })
     }
 }
@@ -97,6 +110,9 @@ pub struct Activity {
     /// release copy landed on a count a re-entry restored: the count
     /// drifts, the hold stays; see [`Invariant::CountsMatchGuards`]).
     pub count_drift: u64,
+    /// Permit acquisitions (semaphore seeds) that filled their semaphore:
+    /// with them, N permits were held validly.
+    pub at_limit: u64,
 }
 
 struct Entry {
@@ -142,10 +158,14 @@ struct Inner {
     dropped: BTreeMap<String, Vec<String>>,
     /// Clients whose error hook reported a background failure.
     hook_called: std::collections::BTreeSet<String>,
+    /// (client id, `c<n>`) of every client.
+    client_ids: Vec<(String, String)>,
     /// Per lock: since when the observer has seen it free.
     free_since: BTreeMap<String, Instant>,
     /// Restarts: when each began and when the server was back.
     restarts: Vec<(Instant, Instant)>,
+    /// Semaphore seeds: who holds permits, the ids seen.
+    sem: sem::SemState,
     violations: Vec<Violation>,
     activity: Activity,
     trace: Vec<String>,
@@ -247,8 +267,10 @@ impl Observer {
                 release_failed: std::collections::BTreeSet::new(),
                 dropped: BTreeMap::new(),
                 hook_called: std::collections::BTreeSet::new(),
+                client_ids: Vec::new(),
                 free_since: BTreeMap::new(),
                 restarts: Vec::new(),
+                sem: sem::SemState::default(),
                 violations: Vec::new(),
                 activity: Activity::default(),
                 trace: Vec::new(),
@@ -457,6 +479,7 @@ impl Observer {
     /// One step: Redis' counts against the valid guards, and waiters
     /// against free locks.
     pub(crate) fn step(&self) {
+        self.step_semaphores();
         let now = Instant::now();
         // Valid holds: (key, owner) -> guards, earliest since.
         let mut holds: BTreeMap<(String, String), (u64, Instant, String, LockMode)> =
@@ -580,6 +603,19 @@ impl Observer {
             || inner.dropped.iter().any(|(client, owners)| {
                 inner.hook_called.contains(client) && owners.iter().any(|o| o == owner)
             })
+            // a hold no task ever received (its acquisition's reply was
+            // lost, its cancellation failed and was reported)
+            || (!inner.began.contains_key(owner)
+                && inner.client_ids.iter().any(|(id, client)| {
+                    owner.starts_with(id.as_str()) && inner.hook_called.contains(client)
+                }))
+    }
+
+    /// Client `c<n>` has the client id `id` (owner ids begin with it).
+    pub(crate) fn client_id(&self, client: &str, id: &str) {
+        self.inner()
+            .client_ids
+            .push((id.to_owned(), client.to_owned()));
     }
 
     /// The guards of the tasks whose names start with `prefix` that are

@@ -4,7 +4,8 @@
 use std::str::FromStr;
 
 use lock_core::__private::{
-    acquire_script_sha, release_script_sha, rw_acquire_script_sha, MemoryServerForTests,
+    acquire_script_sha, release_script_sha, rw_acquire_script_sha, sem_add_script_sha,
+    sem_release_script_sha, MemoryServerForTests,
 };
 use redis::Value;
 
@@ -33,6 +34,12 @@ pub enum Plant {
     /// readers (and other writers). Checks that the observer's read-write
     /// rule sees a writer beside anyone.
     SharedWriter,
+    /// A semaphore whose releases give back one permit more than they
+    /// took: a plain release's count rewritten from n to n + 1, and every
+    /// release of expirable permits preceded by one more on the counter.
+    /// Checks that the observer's "never more than N inside" and the
+    /// conservation of permits see it.
+    GenerousRelease,
 }
 
 impl FromStr for Plant {
@@ -44,8 +51,9 @@ impl FromStr for Plant {
             "fast-clock" => Ok(Plant::FastClock),
             "lost-unlocks" => Ok(Plant::LostUnlocks),
             "shared-writer" => Ok(Plant::SharedWriter),
+            "generous-release" => Ok(Plant::GenerousRelease),
             other => Err(format!(
-                "unknown plant `{other}` (late-release, fast-clock, lost-unlocks, shared-writer)"
+                "unknown plant `{other}` (late-release, fast-clock, lost-unlocks, shared-writer, generous-release)"
             )),
         }
     }
@@ -58,6 +66,7 @@ impl std::fmt::Display for Plant {
             Plant::FastClock => "fast-clock",
             Plant::LostUnlocks => "lost-unlocks",
             Plant::SharedWriter => "shared-writer",
+            Plant::GenerousRelease => "generous-release",
         })
     }
 }
@@ -83,6 +92,9 @@ impl Plant {
                 args[LEASE] = (lease * 5).to_string().into_bytes();
             }
             return args;
+        }
+        if *self == Plant::GenerousRelease {
+            return generous(server, args);
         }
         if *self == Plant::SharedWriter && is_rw_acquire(&args) {
             if args[RW_MODE] == b"write" {
@@ -135,4 +147,37 @@ fn is_release(args: &[Vec<u8>]) -> bool {
         && args[0].eq_ignore_ascii_case(b"evalsha")
         && args[1] == SHA.get_or_init(release_script_sha).as_bytes()
         && args[2] == b"4"
+}
+
+/// `sem_add.lua`: `EVALSHA sha 5 K1 .. K5 A1 ..`; a release when K5 (the
+/// acquisition's latch) is not K4 (its own); A1 the count.
+const SEM_ADD_N: usize = 8;
+
+/// `sem_release.lua`: `EVALSHA sha 3 K1 K2 K3 A1 ids..`; K1 the counter.
+const SEM_COUNTER: usize = 3;
+
+/// [`Plant::GenerousRelease`]: `args` as the planted bug would run them.
+fn generous(server: &MemoryServerForTests, mut args: Vec<Vec<u8>>) -> Vec<Vec<u8>> {
+    static ADD: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    static RELEASE: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let script = |sha: &str, keys: &[u8]| {
+        args.len() > 4
+            && args[0].eq_ignore_ascii_case(b"evalsha")
+            && args[1] == sha.as_bytes()
+            && args[2] == keys
+    };
+    if script(ADD.get_or_init(sem_add_script_sha), b"5")
+        && args.len() > SEM_ADD_N
+        && args[6] != args[7]
+    {
+        let n = std::str::from_utf8(&args[SEM_ADD_N])
+            .ok()
+            .and_then(|n| n.parse::<i64>().ok());
+        if let Some(n) = n {
+            args[SEM_ADD_N] = (n + 1).to_string().into_bytes();
+        }
+    } else if script(RELEASE.get_or_init(sem_release_script_sha), b"3") {
+        let _ = server.call(&[b"INCRBY".to_vec(), args[SEM_COUNTER].clone(), b"1".to_vec()]);
+    }
+    args
 }

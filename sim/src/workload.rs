@@ -11,7 +11,7 @@ use tokio::time::Instant;
 use crate::observer::Observer;
 
 /// Rounds per task at most (the run's virtual duration ends them first).
-const MAX_ROUNDS: usize = 10_000;
+pub(crate) const MAX_ROUNDS: usize = 10_000;
 
 /// What one task needs.
 pub(crate) struct Task {
@@ -22,13 +22,15 @@ pub(crate) struct Task {
     /// Read-write locks: each round takes the read side (seven in ten) or
     /// the write side.
     pub(crate) rw: bool,
+    /// A semaphore seed's semaphores (empty: locks).
+    pub(crate) semaphores: Vec<crate::scenario::SemSpec>,
     pub(crate) lease: Duration,
     pub(crate) command_timeout: Duration,
     pub(crate) until: Instant,
     pub(crate) rng: fastrand::Rng,
 }
 
-fn up_to(rng: &mut fastrand::Rng, max: Duration) -> Duration {
+pub(crate) fn up_to(rng: &mut fastrand::Rng, max: Duration) -> Duration {
     let max = u64::try_from(max.as_micros()).unwrap_or(u64::MAX).max(1);
     Duration::from_micros(rng.u64(0..=max))
 }
@@ -36,6 +38,9 @@ fn up_to(rng: &mut fastrand::Rng, max: Duration) -> Duration {
 impl Task {
     /// Runs rounds until the run's end.
     pub(crate) async fn run(mut self) {
+        if !self.semaphores.is_empty() {
+            return self.run_semaphores().await;
+        }
         for _ in 0..MAX_ROUNDS {
             if Instant::now() >= self.until {
                 break;
@@ -82,11 +87,11 @@ impl Task {
     }
 
     /// `c<n>` of `c<n>.t<m>`.
-    fn client_name(&self) -> &str {
+    pub(crate) fn client_name(&self) -> &str {
         self.who.split('.').next().unwrap_or(&self.who)
     }
 
-    fn failed(&self, what: &str, key: &str, err: &Error) {
+    pub(crate) fn failed(&self, what: &str, key: &str, err: &Error) {
         if err.is_wait_timeout() {
             self.observer.count(|a| a.timeouts += 1);
         } else {
@@ -97,7 +102,7 @@ impl Task {
     }
 
     /// How long to wait for a lock: up to a lease and a half.
-    fn wait(&mut self) -> Duration {
+    pub(crate) fn wait(&mut self) -> Duration {
         up_to(&mut self.rng, self.lease * 3 / 2)
     }
 

@@ -4,6 +4,7 @@
 pub(crate) mod layer;
 pub(crate) mod refs;
 pub(crate) mod rw;
+pub(crate) mod sem;
 pub(crate) mod w1;
 pub(crate) mod w2;
 pub(crate) mod w3;
@@ -144,7 +145,7 @@ impl Drop for ClientCpu {
     }
 }
 
-/// The figures of an uncontended loop (W1, R1, L-min-mux, L-min-pool, L-serial): cycles/s and
+/// The figures of an uncontended loop (W1, S1, R1, L-min-mux, L-min-pool, L-serial): cycles/s and
 /// the percentiles of the cycle latency (acquire start → release end).
 pub(crate) fn uncontended(
     lib: &str,

@@ -11,8 +11,11 @@
 //! Values drawn from the servers' clocks are compared by rule: fencing
 //! tokens are positive, strictly growing within a case on each server and
 //! within a minute of each other; microsecond timestamps in the keyspace
-//! (a stored token, a waiter's score) compare as "a clock reading"; `TIME`
-//! within seconds; TTLs within `TTL_TOLERANCE_MS`.
+//! (a stored token, a waiter's score) compare as "a clock reading", and
+//! millisecond ones (a permit's expiry, a semaphore waiter's arrival) as
+//! whole seconds from now; `TIME` within seconds; TTLs, a refused
+//! semaphore acquire's time to the nearest expiry and a permit's expiry
+//! read by `ZSCORE` within `TTL_TOLERANCE_MS`.
 //!
 //! Not in the table, by design (see lock-core's `memory` module doc): what
 //! the in-memory server refuses with an error naming it (commands, options
@@ -33,13 +36,15 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::support;
 
+mod semaphore;
+
 const LEASE: &str = "30000";
 const RETENTION: &str = "60000";
 const LATCH_MS: &str = "1000";
 const TTL_TOLERANCE_MS: i64 = 1_000;
 
 /// The protocol's scripts, by name, with their sources.
-const SCRIPTS: [(&str, &str); 10] = [
+const SCRIPTS: [(&str, &str); 17] = [
     (
         "acquire",
         include_str!("../../../lock-core/src/protocol/acquire.lua"),
@@ -80,6 +85,34 @@ const SCRIPTS: [(&str, &str); 10] = [
         "rw_cancel",
         include_str!("../../../lock-core/src/protocol/rw_cancel.lua"),
     ),
+    (
+        "sem_acquire",
+        include_str!("../../../lock-core/src/protocol/sem_acquire.lua"),
+    ),
+    (
+        "sem_add",
+        include_str!("../../../lock-core/src/protocol/sem_add.lua"),
+    ),
+    (
+        "sem_release",
+        include_str!("../../../lock-core/src/protocol/sem_release.lua"),
+    ),
+    (
+        "sem_cancel",
+        include_str!("../../../lock-core/src/protocol/sem_cancel.lua"),
+    ),
+    (
+        "sem_leave",
+        include_str!("../../../lock-core/src/protocol/sem_leave.lua"),
+    ),
+    (
+        "sem_set",
+        include_str!("../../../lock-core/src/protocol/sem_set.lua"),
+    ),
+    (
+        "latch_count_down",
+        include_str!("../../../lock-core/src/protocol/latch_count_down.lua"),
+    ),
 ];
 
 fn sha(script: &str) -> String {
@@ -108,6 +141,13 @@ enum Rule {
     PairTtl,
     /// `TIME`: two numbers, the seconds within 5 of each other.
     Time,
+    /// An array whose items are equal but the last, an integer time in ms
+    /// (a refused acquire's wait for the nearest permit expiry) compared
+    /// as [`Rule::Ttl`].
+    LastTtl,
+    /// A reading of the server clock in ms (a permit's expiry by
+    /// `ZSCORE`): numbers within the TTL tolerance.
+    ClockMs,
 }
 
 enum Step {
@@ -1462,6 +1502,11 @@ fn cases() -> Vec<(&'static str, Vec<Step>)> {
             Step::Messages,
         ],
     ));
+    let mut s = 0;
+    table.extend(semaphore::cases(&mut || {
+        s += 1;
+        format!("conf:s{s}")
+    }));
     table.push((
         "Lua: conversions both ways, the redis table, errors and their positions",
         evals
@@ -1587,6 +1632,17 @@ fn pair(s: &Seen) -> Option<(i64, i64)> {
     }
 }
 
+/// A number a reply carries: an integer, or a bulk string of a number
+/// (a score).
+fn number(s: &Seen) -> Option<f64> {
+    match s {
+        Seen::Value(Value::Int(n)) => Some(*n as f64),
+        Seen::Value(Value::BulkString(b)) => std::str::from_utf8(b).ok()?.parse().ok(),
+        Seen::Value(Value::Double(d)) => Some(*d),
+        _ => None,
+    }
+}
+
 fn ttls_agree(a: i64, b: i64) -> bool {
     if a < 0 || b < 0 {
         a == b
@@ -1640,6 +1696,21 @@ fn compare(rule: Rule, memory: &Seen, real: &Seen, tokens: &mut Tokens) -> Resul
             (Some((mk, mt)), Some((rk, rt))) if mk == rk && ttls_agree(mt, rt) => Ok(()),
             _ => Err("{kind, pttl} pairs differ".into()),
         },
+        Rule::LastTtl => match (memory, real) {
+            (Seen::Value(Value::Array(m)), Seen::Value(Value::Array(r)))
+                if m.len() == r.len() && m.len() > 1 && m[..m.len() - 1] == r[..r.len() - 1] =>
+            {
+                match (m.last().and_then(as_int), r.last().and_then(as_int)) {
+                    (Some(a), Some(b)) if ttls_agree(a, b) => Ok(()),
+                    _ => Err("the last items (ms) differ".into()),
+                }
+            }
+            _ => Err("not arrays equal but for the last item".into()),
+        },
+        Rule::ClockMs => match (number(memory), number(real)) {
+            (Some(a), Some(b)) if (a - b).abs() <= TTL_TOLERANCE_MS as f64 => Ok(()),
+            _ => Err("clock readings (ms) differ".into()),
+        },
         Rule::Time => match (pair(memory), pair(real)) {
             (Some((ms, mu)), Some((rs, ru)))
                 if (ms - rs).abs() <= 5
@@ -1686,10 +1757,16 @@ fn keyspace(target: &mut dyn Target) -> BTreeMap<String, (String, String, Option
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_micros() as i64)
         .unwrap_or(0);
+    let now_ms = now_us / 1000;
     let clock = |text: &str| -> String {
         text.split(':')
             .map(|part| match part.parse::<i64>() {
                 Ok(n) if n.abs_diff(now_us) < 86_400_000_000 => "<clock µs>".to_string(),
+                // a time in ms (a permit's expiry, a waiter's arrival): as
+                // whole seconds from now
+                Ok(n) if n.abs_diff(now_ms) < 86_400_000 => {
+                    format!("<clock ms {:+} s>", (n - now_ms + 500).div_euclid(1000))
+                }
                 _ => part.to_string(),
             })
             .collect::<Vec<_>>()
