@@ -5,7 +5,9 @@
 //! called with the argument shapes lock-core's typed calls send
 //! (`lock-core/src/protocol/semaphore.rs`): the same keys, in the same
 //! order, request latches `lockcore_sem_req:{<name>}:<client>:<seq>`,
-//! line members `<n>:<request>`, permit ids of 32 hex digits.
+//! line members `<n>:<request>`, permit ids of 16 bytes (printable here,
+//! so that the table's text steps can name them), a plain grant in
+//! `lockcore_sem_grants:{<name>}`.
 //!
 //! Times drawn from the servers' clocks: a refused acquire's time to the
 //! nearest expiry ([`Rule::LastTtl`]), a permit's expiry read by `ZSCORE`
@@ -20,9 +22,15 @@ const REFUSE_MS: &str = "60000";
 /// `alive_ms` with its default time-outs.
 const ALIVE_MS: &str = "4000";
 
-/// A permit id as lock-core draws them: 32 hex digits.
+/// A permit id of 16 bytes, as the set keeps them (lock-core draws random
+/// bytes; these are digits, so that a text step can name them).
 fn id(n: u32) -> String {
-    format!("{n:032x}")
+    format!("{n:016}")
+}
+
+/// The 32 hex digits of a permit id (renew.lua's field).
+fn hex(id: &str) -> String {
+    id.bytes().map(|b| format!("{b:02x}")).collect()
 }
 
 /// The Redis names of one semaphore (lock-core's `SemKeys`).
@@ -32,6 +40,7 @@ struct S {
     channel: String,
     line: String,
     alive: String,
+    grants: String,
     request_prefix: String,
 }
 
@@ -43,6 +52,7 @@ impl S {
             channel: format!("redisson_sc:{{{name}}}"),
             line: format!("lockcore_sem_line:{{{name}}}"),
             alive: format!("lockcore_sem_alive:{{{name}}}"),
+            grants: format!("lockcore_sem_grants:{{{name}}}"),
             request_prefix: format!("lockcore_sem_req:{{{name}}}:"),
         }
     }
@@ -63,6 +73,7 @@ impl S {
         ids: &[String],
     ) -> Vec<String> {
         let latch = self.req(r);
+        let request = format!("c1:{r}");
         let n = n.to_string();
         let mut args: Vec<&str> = vec![
             &n,
@@ -70,8 +81,9 @@ impl S {
             member,
             ALIVE_MS,
             if join { "1" } else { "0" },
-            LATCH_MS,
+            REFUSE_MS,
             "publish",
+            &request,
         ];
         args.extend(ids.iter().map(String::as_str));
         script(
@@ -83,6 +95,7 @@ impl S {
                 &self.line,
                 &self.alive,
                 &latch,
+                &self.grants,
             ],
             &args,
         )
@@ -93,26 +106,22 @@ impl S {
         self.acquire(r, n, "0", "", false, &[])
     }
 
-    /// `SemAddCall`: `acquisition` the latch of the acquisition a plain
-    /// release gives back (None: add_permits or a look).
+    /// `SemAddCall` (add_permits or a look); `acquisition`, when given,
+    /// names a plain acquisition whose release follows (a plain release
+    /// is `sem_cancel.lua`: see [`S::cancel`]).
     fn add(&self, r: &str, acquisition: Option<&str>, n: i64, expirable: bool) -> Vec<String> {
+        if let Some(acquired) = acquisition {
+            return self.cancel(acquired, 0, false, "", &[]);
+        }
         let latch = self.req(r);
-        let acquisition = acquisition.map_or(latch.clone(), |a| self.req(a));
         script(
             "sem_add",
-            &[
-                &self.counter,
-                &self.timeout,
-                &self.channel,
-                &latch,
-                &acquisition,
-            ],
+            &[&self.counter, &self.timeout, &self.channel, &latch],
             &[
                 &n.to_string(),
                 if expirable { "1" } else { "0" },
                 LATCH_MS,
                 "publish",
-                REFUSE_MS,
             ],
         )
     }
@@ -137,14 +146,15 @@ impl S {
         member: &str,
         ids: &[String],
     ) -> Vec<String> {
+        let _ = n; // the plain kind's n comes from its grant
         let latch = self.req(r);
-        let n = n.to_string();
+        let request = format!("c1:{r}");
         let mut args: Vec<&str> = vec![
-            &n,
             if expirable { "1" } else { "0" },
             member,
             REFUSE_MS,
             "publish",
+            &request,
         ];
         args.extend(ids.iter().map(String::as_str));
         script(
@@ -156,6 +166,7 @@ impl S {
                 &self.line,
                 &self.alive,
                 &latch,
+                &self.grants,
             ],
             &args,
         )
@@ -562,7 +573,7 @@ pub(super) fn cases(name: &mut dyn FnMut() -> String) -> Vec<(&'static str, Vec<
 
     // ---- renew.lua with permit fields ----
     let (s, a) = (S::new(&name()), K::new(&name()));
-    let field = |ids: &[String]| format!("\0{}", ids.join(","));
+    let field = |ids: &[String]| format!("\0{}", ids.iter().map(|i| hex(i)).collect::<String>());
     table.push((
         "renew: permit ids (NUL + ids) live → '1', extended to now + lease and never shortened; an expired or missing id → '0'; beside a lock's field",
         vec![
