@@ -597,8 +597,8 @@ impl Permits {
     }
 
     /// Gives the permits back now. [`Error::Lost`] when they were lost
-    /// before (expired and reclaimed, or the validity deadline passed):
-    /// nothing else is given back then.
+    /// before (expired and reclaimed, the validity deadline passed, or the
+    /// client's shutdown gave them back): nothing else is given back then.
     ///
     /// ```no_run
     /// # async fn demo(client: lock_core::LockClient) -> lock_core::Result<()> {

@@ -651,10 +651,14 @@ impl OwnedPermits {
 
     /// Gives the permits back now.
     pub(crate) async fn release(mut self) -> Result<()> {
-        let Some(record) = self.take() else {
+        let Some(name) = self.record.as_ref().map(|r| r.keys.name.clone()) else {
             return Ok(());
         };
-        let name = record.keys.name.clone();
+        let Some(record) = self.take() else {
+            // A shutdown took the record and gave the permits back: lost
+            // to this guard, as a lock guard's after a shutdown.
+            return Err(Error::Lost { name });
+        };
         // (Expirable permits are given back even when known lost: a failed
         // renewal of one id leaves the others held until their lease ends.)
         if record.hold.is_gone() && record.keys.kind == SemKind::Plain {

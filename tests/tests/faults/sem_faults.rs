@@ -6,8 +6,8 @@
 //! hold every byte of a proxy for a while. An observer with its own
 //! connection counts the permits inside: never more than N. At the end,
 //! the clients shut down, every permit is back: the plain kind's counter is
-//! N, the expirable kind's `available + ZCARD` is N at every look and N
-//! available once leases passed.
+//! N and no grant is left, the expirable kind's `available + ZCARD` is N at
+//! every look and N available once leases passed.
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -16,8 +16,8 @@ use lock_core::{Error, LockClient};
 use lock_tests::{CommandMatch, CutKind, Fault, FaultProxy};
 
 use crate::support::sem::{
-    sem_acquire_sha, sem_add_sha, sem_cancel_sha, sem_leave_sha, sem_release_sha, sem_state,
-    AnySem, Kind, SemInside,
+    sem_acquire_sha, sem_cancel_sha, sem_leave_sha, sem_release_sha, sem_state, AnySem, Kind,
+    SemInside,
 };
 use crate::support::{self, renew_sha, within};
 
@@ -55,7 +55,7 @@ async fn inject(proxy: Arc<FaultProxy>, p: usize, kind: Kind, stop: Instant) -> 
         },
     ];
     let release = match kind {
-        Kind::Plain => sem_add_sha(),
+        Kind::Plain => sem_cancel_sha(),
         Kind::Expirable => sem_release_sha(),
     };
     // mostly acquisitions and releases; cancellations, leaving the line
@@ -227,8 +227,10 @@ async fn under_faults(kind: Kind) {
     let judge = support::client_for(&server, 3_000);
     let sem = AnySem::of(&judge, kind, &name);
     let back = support::eventually(Duration::from_secs(6), || async {
-        sem.available().await.expect("available") == N as u64
-            && sem_state(&conn, &name).await.ids.is_empty()
+        // (`available` reclaims expired ids first)
+        let available = sem.available().await.expect("available");
+        let s = sem_state(&conn, &name).await;
+        available == N as u64 && s.ids.is_empty() && s.grants.is_empty()
     })
     .await;
     let end = sem_state(&conn, &name).await;

@@ -21,8 +21,9 @@ use std::time::{Duration, Instant};
 
 use lock_core::LockClient;
 
+use crate::support::redisson_sem::raw_id;
 use crate::support::sem::{sem_state, AnySem, Kind, SemInside};
-use crate::support::{self, cmd, env_var, raw};
+use crate::support::{self, env_var, raw};
 
 const ROLE: &str = "LOCK_TEST_CHILD_ROLE";
 const URL: &str = "LOCK_TEST_URL";
@@ -133,7 +134,10 @@ async fn child_hold() {
     let client = child_client();
     let n: u32 = env_var(HOLD).parse().unwrap_or(1);
     let sem = AnySem::of(&client, kind_from_env(), &env_var(NAME));
-    let permits = sem.acquire(n).await.unwrap_or_else(|e| panic!("{e}"));
+    let permits = sem
+        .acquire_timeout(n, Duration::from_secs(10))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
     let mut seen = observer(&client).await;
     seen.enter(&env_var(OWNER), i64::from(n)).await;
     println!("HELD {}", permits.count());
@@ -277,7 +281,13 @@ async fn a_killed_process_never_lets_more_than_n_in_and_its_expirable_permits_co
     assert!(!held.is_empty(), "the victim was killed holding permits");
     let mut c = conn.clone();
     for id in &held {
-        let score: Option<f64> = cmd(&mut c, &["ZSCORE", &format!("{{{name}}}:timeout"), id]).await;
+        // (stored as 16 bytes; said in hex)
+        let score: Option<f64> = redis::cmd("ZSCORE")
+            .arg(format!("{{{name}}}:timeout"))
+            .arg(raw_id(id))
+            .query_async(&mut c)
+            .await
+            .unwrap_or_else(|e| panic!("ZSCORE {id}: {e}"));
         assert!(
             score.is_some(),
             "a killed holder's permit {id} is still held"
@@ -357,10 +367,14 @@ async fn a_killed_process_loses_its_plain_permits_as_redissons_do() {
     e.push((HOLD, victim_holds.to_string()));
     children.0.push(spawn(&e));
     let (victim, victim_lines) = &mut children.0[2];
-    let said = victim_lines
-        .iter()
-        .find(|l| l.starts_with("HELD "))
-        .unwrap_or_else(|| panic!("the victim never said HELD"));
+    let said_by = Instant::now() + Duration::from_secs(15);
+    let said = std::iter::from_fn(|| {
+        victim_lines
+            .recv_timeout(said_by.saturating_duration_since(Instant::now()))
+            .ok()
+    })
+    .find(|l| l.starts_with("HELD "))
+    .unwrap_or_else(|| panic!("the victim never said HELD"));
     assert_eq!(said, format!("HELD {victim_holds}"));
     tokio::time::sleep(Duration::from_millis(500)).await;
     victim.kill().unwrap_or_else(|e| panic!("kill: {e}"));
@@ -390,6 +404,12 @@ async fn a_killed_process_loses_its_plain_permits_as_redissons_do() {
         end.available,
         n - i64::from(victim_holds),
         "the killed child's plain permits are lost (no lease)"
+    );
+    // its grant is the only one left (the others' all given back)
+    assert_eq!(
+        end.grants.values().copied().collect::<Vec<_>>(),
+        vec![i64::from(victim_holds)],
+        "{end:?}"
     );
     assert_eq!(
         sem.available().await.expect("available"),

@@ -1,8 +1,8 @@
 //! Places in the semaphores' line (`lockcore_sem_line:{name}`) that
 //! outlive their acquisitions. Such a place blocks every acquisition
 //! behind it that does not fit beside it, with permits free, until it
-//! lapses (`alive_ms`: 3 s plus twice the command bound, 23 s with the
-//! default time-outs).
+//! lapses (`alive_ms`: 2 s plus the command bound, the connect and command
+//! time-outs).
 //!
 //! Both failed before the fix (found by `sem_cancellation` and
 //! `sem_faults`): a dropped acquisition now counts as in the line from its
@@ -18,7 +18,7 @@ use crate::support::sem::{sem_acquire_sha, sem_cancel_sha, sem_state};
 use crate::support::{self, raw, within};
 
 /// A client through `proxy` with short time-outs (its places lapse after
-/// 3 s + 2 × 400 ms).
+/// 2 s + 400 ms).
 fn through(proxy: &FaultProxy) -> LockClient {
     LockClient::builder(proxy.url())
         .command_timeout(Duration::from_millis(200))

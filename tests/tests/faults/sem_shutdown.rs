@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 use lock_core::{Error, LockClient};
 use lock_tests::{CommandMatch, CutKind, Fault, FaultProxy};
 
-use crate::support::sem::{sem_add_sha, sem_release_sha, sem_state, AnySem, Kind};
+use crate::support::sem::{sem_cancel_sha, sem_release_sha, sem_state, AnySem, Kind};
 use crate::support::{self, raw, within};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -81,8 +81,12 @@ async fn shutdown_gives_every_permit_back_and_ends_waiters_with_closed() {
     // every permit back, the line left
     let plain_now = sem_state(&conn, "shut:plain").await;
     assert_eq!(
-        (plain_now.available, plain_now.line.len()),
-        (5, 0),
+        (
+            plain_now.available,
+            plain_now.line.len(),
+            plain_now.grants.len()
+        ),
+        (5, 0, 0),
         "{plain_now:?}"
     );
     let got = within(Duration::from_secs(5), "their waiter", theirs)
@@ -113,7 +117,12 @@ async fn shutdown_gives_every_permit_back_and_ends_waiters_with_closed() {
         "{released:?}"
     );
     tokio::time::sleep(Duration::from_millis(100)).await;
-    assert_eq!(sem_state(&conn, "shut:plain").await.available, 5);
+    let plain_after = sem_state(&conn, "shut:plain").await;
+    assert_eq!(
+        (plain_after.available, plain_after.grants.len()),
+        (5, 0),
+        "{plain_after:?}"
+    );
     let exp_after = sem_state(&conn, "shut:exp").await;
     assert_eq!((exp_after.available, exp_after.ids.len()), (0, 4));
     // and the client takes nothing new
@@ -143,7 +152,7 @@ async fn a_shutdown_whose_releases_lose_their_replies_gives_back_exactly_once() 
         assert!(sem.try_set_permits(3).await.expect("set"));
         let guard = sem.acquire(2).await.expect("2");
         let sha = match kind {
-            Kind::Plain => sem_add_sha(),
+            Kind::Plain => sem_cancel_sha(),
             Kind::Expirable => sem_release_sha(),
         };
         let lost = proxy.fault_next(
@@ -160,10 +169,18 @@ async fn a_shutdown_whose_releases_lose_their_replies_gives_back_exactly_once() 
         assert!(report.is_complete(), "{kind:?}: {report:?}");
         assert_eq!(report.released, 1, "{kind:?}: {report:?}");
         let now = sem_state(&conn, &name).await;
-        assert_eq!((now.available, now.ids.len()), (3, 0), "{kind:?}: {now:?}");
+        assert_eq!(
+            (now.available, now.ids.len(), now.grants.len()),
+            (3, 0, 0),
+            "{kind:?}: {now:?}"
+        );
         drop(guard);
         tokio::time::sleep(Duration::from_millis(100)).await;
         let now = sem_state(&conn, &name).await;
-        assert_eq!((now.available, now.ids.len()), (3, 0), "{kind:?}: {now:?}");
+        assert_eq!(
+            (now.available, now.ids.len(), now.grants.len()),
+            (3, 0, 0),
+            "{kind:?}: {now:?}"
+        );
     }
 }

@@ -4,11 +4,12 @@
 //! checks, and [`SemInside`], an observer of "never more than N inside"
 //! kept in Redis by its own script on its own connection.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use lock_tests::RedisServer;
 
+use super::redisson_sem::hex_id;
 use super::{cmd, raw, script_sha};
 
 /// The SHA1 of lock-core's semaphore acquire script.
@@ -18,8 +19,8 @@ pub fn sem_acquire_sha() -> String {
     ))
 }
 
-/// The SHA1 of lock-core's semaphore add script (a plain release,
-/// `add_permits`, the expirable kind's `available`).
+/// The SHA1 of lock-core's semaphore add script (`add_permits`, the
+/// expirable kind's `available`).
 pub fn sem_add_sha() -> String {
     script_sha(include_str!("../../../lock-core/src/protocol/sem_add.lua"))
 }
@@ -31,7 +32,8 @@ pub fn sem_release_sha() -> String {
     ))
 }
 
-/// The SHA1 of lock-core's semaphore cancel script.
+/// The SHA1 of lock-core's semaphore cancel script (the cancellation of an
+/// acquire whose reply was lost, and a plain release).
 pub fn sem_cancel_sha() -> String {
     script_sha(include_str!(
         "../../../lock-core/src/protocol/sem_cancel.lua"
@@ -57,8 +59,12 @@ pub fn latch_count_down_sha() -> String {
 pub struct SemState {
     /// The counter (0 when absent).
     pub available: i64,
-    /// The expirable kind's permit ids (`{name}:timeout`).
+    /// The expirable kind's permit ids (`{name}:timeout`, 16 bytes each
+    /// there), in hex as `Permits::ids` shows them.
     pub ids: BTreeSet<String>,
+    /// The plain kind's grants (`lockcore_sem_grants:{name}`): request id
+    /// -> permits.
+    pub grants: BTreeMap<String, i64>,
     /// Members of lock-core's line of waiting acquisitions.
     pub line: Vec<String>,
 }
@@ -75,11 +81,22 @@ pub fn timeout_key(name: &str) -> String {
     format!("{{{name}}}:timeout")
 }
 
-/// Reads `name`'s counter, permit ids and line, atomically (MULTI/EXEC:
-/// no script runs between the reads).
+/// The plain kind's hash of grants of `name`.
+pub fn grants_key(name: &str) -> String {
+    format!("lockcore_sem_grants:{{{name}}}")
+}
+
+/// Reads `name`'s counter, permit ids, grants and line, atomically
+/// (MULTI/EXEC: no script runs between the reads).
 pub async fn sem_state(conn: &redis::aio::MultiplexedConnection, name: &str) -> SemState {
     let mut c = conn.clone();
-    let (available, ids, line): (Option<i64>, Vec<String>, Vec<String>) = redis::pipe()
+    type Read = (
+        Option<i64>,
+        Vec<Vec<u8>>,
+        BTreeMap<String, i64>,
+        Vec<String>,
+    );
+    let (available, ids, grants, line): Read = redis::pipe()
         .atomic()
         .cmd("GET")
         .arg(name)
@@ -87,6 +104,8 @@ pub async fn sem_state(conn: &redis::aio::MultiplexedConnection, name: &str) -> 
         .arg(timeout_key(name))
         .arg(0)
         .arg(-1)
+        .cmd("HGETALL")
+        .arg(grants_key(name))
         .cmd("ZRANGE")
         .arg(format!("lockcore_sem_line:{{{name}}}"))
         .arg(0)
@@ -96,7 +115,8 @@ pub async fn sem_state(conn: &redis::aio::MultiplexedConnection, name: &str) -> 
         .unwrap_or_else(|e| panic!("state of {name}: {e}"));
     SemState {
         available: available.unwrap_or(0),
-        ids: ids.into_iter().collect(),
+        ids: ids.iter().map(|id| hex_id(id)).collect(),
+        grants,
         line,
     }
 }
@@ -123,17 +143,19 @@ pub async fn settles(
     }
 }
 
-/// The plain kind settled: `available + held` equals `n` (`held`: the
-/// permits of live guards), no ids.
+/// The plain kind settled: the grants in Redis are exactly `live` (the
+/// request ids and permits of live guards), `available + held` equals `n`
+/// (`held`: the permits of live guards), no ids.
 pub async fn plain_conserved(
     conn: &redis::aio::MultiplexedConnection,
     name: &str,
     n: i64,
-    held: i64,
+    live: &BTreeMap<String, i64>,
     what: &str,
 ) -> SemState {
+    let held: i64 = live.values().sum();
     settles(conn, name, Duration::from_secs(5), what, |s| {
-        s.available + held == n && s.ids.is_empty()
+        s.available + held == n && &s.grants == live && s.ids.is_empty()
     })
     .await
 }
@@ -148,9 +170,26 @@ pub async fn expirable_conserved(
     what: &str,
 ) -> SemState {
     settles(conn, name, Duration::from_secs(5), what, |s| {
-        &s.ids == live && s.total() == n
+        &s.ids == live && s.total() == n && s.grants.is_empty()
     })
     .await
+}
+
+/// The request id of a plain guard: its grant's field in
+/// `lockcore_sem_grants:{name}`. Not public API; read from the guard's
+/// `Debug` (`request: "<id>"`), and checked against Redis by every
+/// conservation check.
+pub fn request_of(p: &lock_core::Permits) -> String {
+    let shown = format!("{p:?}");
+    let marker = " request: \"";
+    let at = shown
+        .find(marker)
+        .unwrap_or_else(|| panic!("no request id in {shown}"))
+        + marker.len();
+    let len = shown[at..]
+        .find('"')
+        .unwrap_or_else(|| panic!("no end of the request id in {shown}"));
+    shown[at..at + len].to_string()
 }
 
 /// The observer's script. KEYS[1] its hash: `in` (permits inside now),
@@ -358,8 +397,9 @@ impl AnySem {
 }
 
 /// `kind` settled with `guards` the live guards on `name` of `n` permits:
-/// the plain kind's `available + held == n`, the expirable kind's ids
-/// exactly the guards' and `available + ZCARD == n`.
+/// the plain kind's grants exactly the guards' and `available + held ==
+/// n`, the expirable kind's ids exactly the guards' and `available + ZCARD
+/// == n`.
 pub async fn conserved(
     conn: &redis::aio::MultiplexedConnection,
     kind: Kind,
@@ -370,8 +410,12 @@ pub async fn conserved(
 ) -> SemState {
     match kind {
         Kind::Plain => {
-            let held: i64 = guards.iter().map(|g| i64::from(g.count())).sum();
-            plain_conserved(conn, name, n, held, what).await
+            let live: BTreeMap<String, i64> = guards
+                .iter()
+                .map(|g| (request_of(g), i64::from(g.count())))
+                .collect();
+            assert_eq!(live.len(), guards.len(), "{what}: one grant per guard");
+            plain_conserved(conn, name, n, &live, what).await
         }
         Kind::Expirable => {
             let live: BTreeSet<String> = guards
