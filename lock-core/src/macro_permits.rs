@@ -1,7 +1,7 @@
 //! What `#[distributed_lock(key = "...", permits = N)]` generates calls to
 //! (re-exported by the hidden `__private` module; not a public API).
 //!
-//! The generated body makes a [`PermitHandle`] (the expirable semaphore
+//! The generated body makes a `PermitHandle` (the expirable semaphore
 //! `key` and its N permits) and calls one of `permitted`,
 //! `permitted_cancel_on_lost`, `permitted_or_skip` or
 //! `permitted_or_skip_result` — the counterparts of the lock runners, with

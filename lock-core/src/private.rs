@@ -13,7 +13,7 @@
 //! dropped mid-body, drops the guard, which releases in the background.
 //!
 //! `permits = N` calls the `permitted*` counterparts instead, with a
-//! [`PermitHandle`] (the expirable semaphore `key` and its N permits).
+//! `PermitHandle` (the expirable semaphore `key` and its N permits).
 
 use std::borrow::Borrow;
 use std::future::Future;
