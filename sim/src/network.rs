@@ -170,7 +170,9 @@ fn describe(commands: &[Vec<Vec<u8>>]) -> String {
                 .take(16)
                 .map(|a| {
                     let s = String::from_utf8_lossy(a);
-                    if s.len() == 40 {
+                    // A script SHA is 40 hex characters; anything else
+                    // (raw permit ids among them) is shown whole.
+                    if s.len() == 40 && s.bytes().all(|b| b.is_ascii_hexdigit()) {
                         s[..8].to_string()
                     } else {
                         s.into_owned()

@@ -260,7 +260,12 @@ impl Observer {
             let bad: Vec<String> = ids
                 .iter()
                 .filter(|permit| {
-                    let score = match self.read(&["ZSCORE", &key, permit]) {
+                    // ids are stored as their 16 raw bytes
+                    let Some(raw) = raw_id(permit) else {
+                        return true;
+                    };
+                    let args = [b"ZSCORE".to_vec(), key.as_bytes().to_vec(), raw];
+                    let score = match self.server.call(&args).unwrap_or(Value::Nil) {
                         Value::BulkString(b) => std::str::from_utf8(&b)
                             .ok()
                             .and_then(|s| s.parse::<f64>().ok()),
@@ -300,7 +305,7 @@ impl Observer {
             Value::Array(ids) => ids
                 .iter()
                 .filter_map(|v| match v {
-                    Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
+                    Value::BulkString(b) => Some(hex_id(b)),
                     _ => None,
                 })
                 .collect(),
@@ -420,4 +425,21 @@ impl Observer {
             .map(|e| format!("{}'s {} permit(s) of {}", e.who, e.n, e.sem))
             .collect()
     }
+}
+
+/// A permit id's 16 raw bytes (as stored in the timeout ZSET) from its 32
+/// hex digits (as the guard shows it); `None` for anything else.
+fn raw_id(hex: &str) -> Option<Vec<u8>> {
+    if hex.len() != 32 {
+        return None;
+    }
+    (0..16)
+        .map(|i| u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok())
+        .collect()
+}
+
+/// The hex form of a member of the timeout ZSET (lower case, as guards
+/// show ids).
+fn hex_id(raw: &[u8]) -> String {
+    raw.iter().map(|b| format!("{b:02x}")).collect()
 }
