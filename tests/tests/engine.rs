@@ -17,6 +17,7 @@ mod support;
 mod engine {
     mod conformance;
     mod cross_process;
+    mod election;
     mod hold_identity;
     mod layers;
     mod local_queue;

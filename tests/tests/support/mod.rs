@@ -6,6 +6,7 @@
 #![allow(dead_code, unreachable_pub)]
 
 pub mod cut;
+pub mod election;
 pub mod layer;
 pub mod redisson_rw;
 pub mod redisson_sem;
