@@ -12,6 +12,7 @@
 pub(crate) mod acquire;
 pub(crate) mod cancel;
 pub(crate) mod confirm;
+pub(crate) mod fenced;
 pub(crate) mod force_unlock;
 pub(crate) mod handoff;
 pub(crate) mod keys;
@@ -87,6 +88,11 @@ pub(crate) struct Scripts {
     pub(crate) sem_leave: Script,
     pub(crate) sem_set: Script,
     pub(crate) latch_count_down: Script,
+    /// The ready-made fenced writes (`fenced.lua` around a body of `fenced::bodies`).
+    pub(crate) fenced_set: Script,
+    pub(crate) fenced_incr_by: Script,
+    pub(crate) fenced_hset: Script,
+    pub(crate) fenced_del: Script,
 }
 
 impl Scripts {
@@ -109,6 +115,10 @@ impl Scripts {
             sem_leave: Script::new(include_str!("sem_leave.lua")),
             sem_set: Script::new(include_str!("sem_set.lua")),
             latch_count_down: Script::new(include_str!("latch_count_down.lua")),
+            fenced_set: fenced::script(fenced::bodies::SET),
+            fenced_incr_by: fenced::script(fenced::bodies::INCR_BY),
+            fenced_hset: fenced::script(fenced::bodies::HSET),
+            fenced_del: fenced::script(fenced::bodies::DEL),
         }
     }
 
@@ -162,6 +172,10 @@ mod tests {
             &s.sem_leave.sha,
             &s.sem_set.sha,
             &s.latch_count_down.sha,
+            &s.fenced_set.sha,
+            &s.fenced_incr_by.sha,
+            &s.fenced_hset.sha,
+            &s.fenced_del.sha,
         ];
         for sha in shas {
             assert_eq!(sha.len(), 40);
@@ -170,7 +184,7 @@ mod tests {
         let mut sorted: Vec<_> = shas.to_vec();
         sorted.sort();
         sorted.dedup();
-        assert_eq!(sorted.len(), 17);
+        assert_eq!(sorted.len(), 21);
     }
 
     #[test]

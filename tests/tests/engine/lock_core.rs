@@ -461,6 +461,55 @@ async fn fencing_tokens_strictly_increase_across_holders_and_clients() {
     assert_eq!(stored, last);
 }
 
+#[tokio::test]
+async fn fenced_writes_apply_while_held_and_are_refused_once_the_hold_is_gone() {
+    let e = env(30_000);
+    let mut conn = raw(&e.server).await;
+    let guard = e
+        .client
+        .lock("fence:{a}")
+        .expect("name")
+        .acquire()
+        .await
+        .expect("acquire");
+    let fence = guard.fence();
+    assert_eq!(fence.token(), guard.fencing_token());
+    fence.set("fence:{a}:s", "v1").await.expect("set");
+    assert_eq!(fence.incr_by("fence:{a}:n", 5).await.expect("incr"), 5);
+    fence.hset("fence:{a}:h", "f", "x").await.expect("hset");
+    let body = lock_core::FencedScript::new("return {KEYS[1], ARGV[1], #KEYS, #ARGV}");
+    let echoed: Vec<String> = fence
+        .eval(&body, &["fence:{a}:k"], &["arg"])
+        .await
+        .expect("eval");
+    assert_eq!(echoed, ["fence:{a}:k", "arg", "1", "1"]);
+    assert!(fence.del("fence:{a}:s").await.expect("del"));
+    // The independent view: what Redis holds.
+    let n: i64 = cmd(&mut conn, &["GET", "fence:{a}:n"]).await;
+    assert_eq!(n, 5);
+    let h: String = cmd(&mut conn, &["HGET", "fence:{a}:h", "f"]).await;
+    assert_eq!(h, "x");
+    // The lock goes behind the holder's back (as an expiry would): every
+    // fenced write is refused and nothing is written.
+    let _: i64 = cmd(&mut conn, &["DEL", "fence:{a}"]).await;
+    let err = fence.incr_by("fence:{a}:n", 1).await.expect_err("refused");
+    assert!(
+        matches!(err, Error::FenceRefused { ref name } if name == "fence:{a}"),
+        "{err:?}"
+    );
+    let n: i64 = cmd(&mut conn, &["GET", "fence:{a}:n"]).await;
+    assert_eq!(n, 5, "a refused write changed nothing");
+    // Redis said the hold is gone: the guard knows it too.
+    assert!(!guard.is_held());
+    let err = fence
+        .set("fence:{a}:s", "late")
+        .await
+        .expect_err("refused here");
+    assert!(err.is_fence_refused());
+    let s: Option<String> = cmd(&mut conn, &["GET", "fence:{a}:s"]).await;
+    assert_eq!(s, None);
+}
+
 // ------------------------------------------------------- Redis under a holder
 
 #[tokio::test]
