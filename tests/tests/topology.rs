@@ -10,6 +10,7 @@ mod topology {
     mod cluster;
     mod cluster_harness;
     mod deployments;
+    mod fenced_cluster;
     mod replica_ack;
     mod sentinel;
     mod sentinel_harness;
