@@ -512,6 +512,7 @@ mod config;
 mod context;
 mod data;
 mod default_client;
+mod election;
 mod error;
 mod fence;
 mod guard;
@@ -543,6 +544,7 @@ pub use config::{
 pub use context::{in_context, LockContext};
 pub use data::RedisConnection;
 pub use default_client::{default_client, install_default};
+pub use election::{Election, Leader, LeaderWatch, Leadership};
 pub use error::{Error, Result};
 pub use fence::{Fence, FencedScript};
 pub use guard::LockGuard;

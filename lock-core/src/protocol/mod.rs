@@ -12,6 +12,7 @@
 pub(crate) mod acquire;
 pub(crate) mod cancel;
 pub(crate) mod confirm;
+pub(crate) mod election;
 pub(crate) mod fenced;
 pub(crate) mod force_unlock;
 pub(crate) mod handoff;
@@ -93,6 +94,9 @@ pub(crate) struct Scripts {
     pub(crate) fenced_incr_by: Script,
     pub(crate) fenced_hset: Script,
     pub(crate) fenced_del: Script,
+    /// An election's leader record and its read.
+    pub(crate) leader_record: Script,
+    pub(crate) leader_read: Script,
 }
 
 impl Scripts {
@@ -119,6 +123,8 @@ impl Scripts {
             fenced_incr_by: fenced::script(fenced::bodies::INCR_BY),
             fenced_hset: fenced::script(fenced::bodies::HSET),
             fenced_del: fenced::script(fenced::bodies::DEL),
+            leader_record: Script::new(include_str!("leader_record.lua")),
+            leader_read: Script::new(include_str!("leader_read.lua")),
         }
     }
 
@@ -176,6 +182,8 @@ mod tests {
             &s.fenced_incr_by.sha,
             &s.fenced_hset.sha,
             &s.fenced_del.sha,
+            &s.leader_record.sha,
+            &s.leader_read.sha,
         ];
         for sha in shas {
             assert_eq!(sha.len(), 40);
@@ -184,7 +192,7 @@ mod tests {
         let mut sorted: Vec<_> = shas.to_vec();
         sorted.sort();
         sorted.dedup();
-        assert_eq!(sorted.len(), 21);
+        assert_eq!(sorted.len(), 23);
     }
 
     #[test]

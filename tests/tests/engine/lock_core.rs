@@ -510,6 +510,76 @@ async fn fenced_writes_apply_while_held_and_are_refused_once_the_hold_is_gone() 
     assert_eq!(s, None);
 }
 
+#[tokio::test]
+async fn an_election_has_one_leader_whose_record_redis_shows_and_terms_grow() {
+    let e = env(30_000);
+    let other = support::client_for(&e.server, 30_000);
+    let mut conn = raw(&e.server).await;
+    let ours = e.client.election("elect:a").expect("name");
+    let theirs = other.election("elect:a").expect("name");
+    assert_eq!(ours.leader().await.expect("read"), None);
+    let mut watch = theirs.observe();
+    assert_eq!(
+        within(Duration::from_secs(5), "first view", watch.changed())
+            .await
+            .expect("view"),
+        None
+    );
+    let first = ours.campaign("node-a").await.expect("campaign");
+    assert!(first.is_leader());
+    assert_eq!(first.value(), "node-a");
+    assert!(theirs.try_campaign("node-b").await.expect("try").is_none());
+    // Redis, read independently: the lock's holder and its record.
+    let record: HashMap<String, String> =
+        cmd(&mut conn, &["HGETALL", "lockcore_leader:{elect:a}"]).await;
+    assert_eq!(record.get("value").map(String::as_str), Some("node-a"));
+    assert_eq!(record.get("term"), Some(&first.term().to_string()));
+    let lock: HashMap<String, String> = cmd(&mut conn, &["HGETALL", "elect:a"]).await;
+    assert!(lock.contains_key(&record["owner"]), "{lock:?} {record:?}");
+    let seen = within(Duration::from_secs(5), "new leader", watch.changed())
+        .await
+        .expect("view");
+    let seen = seen.expect("a leader");
+    assert_eq!(
+        (seen.value(), seen.term()),
+        (Some("node-a"), Some(first.term()))
+    );
+    let term = first.term();
+    first.clone().resign().await.expect("resign");
+    assert!(!first.is_leader());
+    let seen = within(Duration::from_secs(5), "vacancy", watch.changed())
+        .await
+        .expect("view");
+    assert_eq!(seen, None);
+    let second = theirs.campaign("node-b").await.expect("campaign");
+    assert!(second.term() > term);
+    let seen = ours.leader().await.expect("read").expect("leader");
+    assert_eq!(
+        (seen.value(), seen.term()),
+        (Some("node-b"), Some(second.term()))
+    );
+    // A lock gone behind the leader's back: its fenced writes are refused.
+    let _: i64 = cmd(&mut conn, &["DEL", "elect:a"]).await;
+    assert!(second
+        .fence()
+        .set("elect:a:x", "1")
+        .await
+        .expect_err("refused")
+        .is_fence_refused());
+    assert!(!second.is_leader());
+    // run_as_leader: the work runs as leader and its output comes back.
+    let out = ours
+        .run_as_leader("node-a", |l| async move { l.term() })
+        .await
+        .expect("run");
+    assert!(out > second.term());
+    assert_eq!(
+        ours.leader().await.expect("read"),
+        None,
+        "resigned after the work"
+    );
+}
+
 // ------------------------------------------------------- Redis under a holder
 
 #[tokio::test]
