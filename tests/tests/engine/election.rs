@@ -616,22 +616,31 @@ async fn fenced_writes_apply_while_the_hold_is_current() {
     l.resign().await.expect("resign");
 }
 
+/// The fenced-write helpers, by name.
+const WRITES: [&str; 5] = ["set", "incr_by", "hset", "del", "eval"];
+
+/// The fenced-write helper `what` once on `fence`.
+async fn one_write(fence: &lock_core::Fence, what: &str) -> lock_core::Result<()> {
+    let script = FencedScript::new("return redis.call('SET', KEYS[1], ARGV[1])");
+    match what {
+        "set" => fence.set("fw:k", "late").await,
+        "incr_by" => fence.incr_by("fw:n", 100).await.map(drop),
+        "hset" => fence.hset("fw:h", "f", "late").await,
+        "del" => fence.del("fw:k").await.map(drop),
+        _ => fence
+            .eval::<redis::Value>(&script, &["fw:k"], &["late"])
+            .await
+            .map(drop),
+    }
+}
+
 /// Each fenced-write helper once on `fence`; every outcome.
 async fn every_write(fence: &lock_core::Fence) -> Vec<(&'static str, lock_core::Result<()>)> {
-    let script = FencedScript::new("return redis.call('SET', KEYS[1], ARGV[1])");
-    vec![
-        ("set", fence.set("fw:k", "late").await),
-        ("incr_by", fence.incr_by("fw:n", 100).await.map(drop)),
-        ("hset", fence.hset("fw:h", "f", "late").await),
-        ("del", fence.del("fw:k").await.map(drop)),
-        (
-            "eval",
-            fence
-                .eval::<redis::Value>(&script, &["fw:k"], &["late"])
-                .await
-                .map(drop),
-        ),
-    ]
+    let mut out = Vec::new();
+    for what in WRITES {
+        out.push((what, one_write(fence, what).await));
+    }
+    out
 }
 
 fn assert_all_refused(outcomes: &[(&str, lock_core::Result<()>)], name: &str) {
@@ -646,7 +655,7 @@ fn assert_all_refused(outcomes: &[(&str, lock_core::Result<()>)], name: &str) {
     }
 }
 
-/// The keys `every_write` touches, as Redis has them.
+/// The keys the writes above touch, as Redis has them.
 async fn written(conn: &mut redis::aio::MultiplexedConnection) -> (Option<String>, Option<i64>, Option<String>) {
     (
         cmd(conn, &["GET", "fw:k"]).await,
@@ -656,34 +665,42 @@ async fn written(conn: &mut redis::aio::MultiplexedConnection) -> (Option<String
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn fenced_writes_are_refused_once_the_lock_is_gone_and_redis_is_unchanged() {
+async fn fenced_writes_are_refused_by_redis_once_the_lock_is_gone_and_redis_is_unchanged() {
     let server = support::server();
     let client = client_at(&server.url(), 30_000, 2_000);
     let mut conn = raw(&server).await;
     let name = "fw:gone";
-    // a plain guard (no leader record to refresh): with a 30 s watchdog it
-    // will not look at Redis again during the test, so what refuses below
-    // is Redis's check, not the guard's own knowledge
+    for what in WRITES {
+        // a plain guard (no leader record to refresh): with a 30 s
+        // watchdog it does not look at Redis again during the test, so the
+        // refusal below is Redis's check, not the guard's own knowledge
+        let g = client.lock(name).expect("name").acquire().await.expect("acquire");
+        let fence = g.fence();
+        fence.set("fw:k", "v").await.expect("set");
+        fence.incr_by("fw:n", 1).await.expect("incr");
+        fence.hset("fw:h", "f", "v").await.expect("hset");
+        let before = written(&mut conn).await;
+        // the lock deleted behind its back (an operator, an eviction)
+        let _: i64 = cmd(&mut conn, &["DEL", name]).await;
+        assert!(g.is_held(), "{what}: not noticed yet");
+        assert_all_refused(&[(what, one_write(&fence, what).await)], name);
+        assert_eq!(written(&mut conn).await, before, "{what}: nothing written");
+        // the refusal tells the guard
+        assert!(!g.is_held(), "{what}: the guard learned from the refusal");
+        assert!(g.ensure_held().is_err());
+        drop(g);
+    }
+    // a new holder: the stale fence still refused, the holder's writes go
     let g = client.lock(name).expect("name").acquire().await.expect("acquire");
-    let fence = g.fence();
-    fence.set("fw:k", "v").await.expect("set");
-    fence.incr_by("fw:n", 1).await.expect("incr");
-    fence.hset("fw:h", "f", "v").await.expect("hset");
-    let before = written(&mut conn).await;
-    // the lock deleted behind its back (an operator, an eviction): we still
-    // believe we lead (the next renewal is 10 s away), Redis refuses
+    let stale = g.fence();
     let _: i64 = cmd(&mut conn, &["DEL", name]).await;
-    assert!(g.is_held(), "not noticed yet");
-    assert_all_refused(&every_write(&fence).await, name);
-    assert_eq!(written(&mut conn).await, before, "nothing written");
-    // another holder now: still refused, its writes go through
     let other = client_at(&server.url(), 30_000, 2_000);
     let l = election(&other, name).campaign("other").await.expect("campaign");
-    assert_all_refused(&every_write(&fence).await, name);
+    let before = written(&mut conn).await;
+    assert_all_refused(&every_write(&stale).await, name);
     assert_eq!(written(&mut conn).await, before, "nothing written");
     l.fence().set("fw:k", "theirs").await.expect("the leader's write");
     assert_eq!(written(&mut conn).await.0.as_deref(), Some("theirs"));
-    assert!(g.is_held(), "the stale guard still has not noticed");
     l.resign().await.expect("resign");
     drop(g);
 }
