@@ -46,7 +46,10 @@ fn election(client: &LockClient, name: &str) -> Election {
         .unwrap_or_else(|e| panic!("election {name}: {e}"))
 }
 
-async fn hgetall(conn: &mut redis::aio::MultiplexedConnection, key: &str) -> HashMap<String, String> {
+async fn hgetall(
+    conn: &mut redis::aio::MultiplexedConnection,
+    key: &str,
+) -> HashMap<String, String> {
     cmd(conn, &["HGETALL", key]).await
 }
 
@@ -83,7 +86,11 @@ async fn redisson_unlock(conn: &mut redis::aio::MultiplexedConnection, name: &st
     let _: i64 = cmd(conn, &["DEL", name]).await;
     let _: i64 = cmd(
         conn,
-        &["PUBLISH", &format!("redisson_lock__channel:{{{name}}}"), "0"],
+        &[
+            "PUBLISH",
+            &format!("redisson_lock__channel:{{{name}}}"),
+            "0",
+        ],
     )
     .await;
 }
@@ -95,7 +102,10 @@ fn watch(election: &Election) -> mpsc::UnboundedReceiver<(Instant, Option<Leader
     let (tx, rx) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         for _ in 0..10_000 {
-            let state = watch.changed().await.unwrap_or_else(|e| panic!("observe: {e}"));
+            let state = watch
+                .changed()
+                .await
+                .unwrap_or_else(|e| panic!("observe: {e}"));
             if tx.send((Instant::now(), state)).is_err() {
                 return;
             }
@@ -150,20 +160,36 @@ async fn campaign_leader_and_resign_agree_with_redis() {
     l.ensure_leader().expect("leader");
     assert_eq!((l.name(), l.value()), (name, "node-a"));
     let held = l.held_lock();
-    assert_eq!(l.term(), held.fencing_token(), "the term is the fencing token");
+    assert_eq!(
+        l.term(),
+        held.fencing_token(),
+        "the term is the fencing token"
+    );
     assert_eq!(l.fence().token(), l.term());
     // Redis: the lock hash has our hold; the record (written right after
     // the grant) names our hold, our value and our term
     let lock = hgetall(&mut conn, name).await;
-    assert_eq!(lock.keys().collect::<Vec<_>>(), vec![held.owner_id()], "{lock:?}");
+    assert_eq!(
+        lock.keys().collect::<Vec<_>>(),
+        vec![held.owner_id()],
+        "{lock:?}"
+    );
     let recorded = eventually(Duration::from_secs(2), || {
         let mut c = conn.clone();
-        async move { hgetall(&mut c, &record_key(name)).await.contains_key("value") }
+        async move {
+            hgetall(&mut c, &record_key(name))
+                .await
+                .contains_key("value")
+        }
     })
     .await;
     assert!(recorded.is_some(), "the leader record is written");
     let record = hgetall(&mut conn, &record_key(name)).await;
-    assert_eq!(record.get("owner").map(String::as_str), Some(held.owner_id()), "{record:?}");
+    assert_eq!(
+        record.get("owner").map(String::as_str),
+        Some(held.owner_id()),
+        "{record:?}"
+    );
     assert_eq!(record.get("value").map(String::as_str), Some("node-a"));
     assert_eq!(record.get("term"), Some(&l.term().to_string()));
     let record_ttl: i64 = cmd(&mut conn, &["PTTL", &record_key(name)]).await;
@@ -174,7 +200,10 @@ async fn campaign_leader_and_resign_agree_with_redis() {
     assert_eq!(seen.value(), Some("node-a"));
     assert_eq!(seen.term(), Some(l.term()));
     let expires = seen.expires_in().expect("a PTTL");
-    assert!(expires > Duration::from_secs(20) && expires <= Duration::from_secs(30), "{expires:?}");
+    assert!(
+        expires > Duration::from_secs(20) && expires <= Duration::from_secs(30),
+        "{expires:?}"
+    );
     assert_eq!(
         leader_in_redis(&mut conn, name).await,
         Some((Some("node-a".to_string()), Some(l.term())))
@@ -226,14 +255,25 @@ async fn terms_strictly_increase_across_successive_leaders() {
         // Redis agrees on the term, and the fencing counter is at it
         let recorded = eventually(Duration::from_secs(2), || {
             let mut c = conn.clone();
-            async move { leader_in_redis(&mut c, name).await.and_then(|(_, t)| t).is_some() }
+            async move {
+                leader_in_redis(&mut c, name)
+                    .await
+                    .and_then(|(_, t)| t)
+                    .is_some()
+            }
         })
         .await;
         assert!(recorded.is_some(), "round {round}: no record");
         let (value, term) = leader_in_redis(&mut conn, name).await.expect("held");
-        assert_eq!((value.as_deref(), term), (Some(format!("n{round}").as_str()), Some(l.term())));
-        let counter: Option<u64> =
-            cmd(&mut conn, &["GET", &format!("redisson_lock_token:{{{name}}}")]).await;
+        assert_eq!(
+            (value.as_deref(), term),
+            (Some(format!("n{round}").as_str()), Some(l.term()))
+        );
+        let counter: Option<u64> = cmd(
+            &mut conn,
+            &["GET", &format!("redisson_lock_token:{{{name}}}")],
+        )
+        .await;
         assert_eq!(counter, Some(l.term()), "round {round}");
         terms.push(l.term());
         if round % 2 == 0 {
@@ -246,7 +286,10 @@ async fn terms_strictly_increase_across_successive_leaders() {
                 async move { cmd::<i64, _>(&mut c, &["EXISTS", name]).await == 0 }
             })
             .await;
-            assert!(gone.is_some(), "round {round}: dropping the leadership releases");
+            assert!(
+                gone.is_some(),
+                "round {round}: dropping the leadership releases"
+            );
         }
     }
     println!("terms: {terms:?}");
@@ -264,7 +307,13 @@ async fn observe_sees_every_new_leader_and_vacancy_through_pub_sub() {
     let e = election(&leader_client, name);
     let mut rx = watch(&election(&watcher_client, name));
     // the first call: the state now
-    next_state(&mut rx, Duration::from_secs(5), "first state", Option::is_none).await;
+    next_state(
+        &mut rx,
+        Duration::from_secs(5),
+        "first state",
+        Option::is_none,
+    )
+    .await;
     // give the watcher time to subscribe before the first change
     tokio::time::sleep(Duration::from_millis(200)).await;
     let (mut to_leader, mut to_vacancy) = (Vec::new(), Vec::new());
@@ -282,7 +331,13 @@ async fn observe_sees_every_new_leader_and_vacancy_through_pub_sub() {
         tokio::time::sleep(Duration::from_millis(50)).await;
         let resigned = Instant::now();
         l.resign().await.expect("resign");
-        let seen = next_state(&mut rx, Duration::from_secs(5), "the vacancy", Option::is_none).await;
+        let seen = next_state(
+            &mut rx,
+            Duration::from_secs(5),
+            "the vacancy",
+            Option::is_none,
+        )
+        .await;
         to_vacancy.push(ms(seen.saturating_duration_since(resigned)));
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
@@ -292,7 +347,11 @@ async fn observe_sees_every_new_leader_and_vacancy_through_pub_sub() {
         log::summary(&to_vacancy)
     );
     // through pub/sub, well inside the 1 s re-check
-    let worst = to_leader.iter().chain(&to_vacancy).copied().fold(0.0, f64::max);
+    let worst = to_leader
+        .iter()
+        .chain(&to_vacancy)
+        .copied()
+        .fold(0.0, f64::max);
     assert!(worst < 900.0, "a change seen only after {worst} ms");
 }
 
@@ -318,7 +377,13 @@ async fn observe_without_the_pub_sub_message_still_changes_within_the_recheck() 
     // 1. the lock deleted by hand, nothing published: a vacancy
     let deleted = Instant::now();
     let _: i64 = cmd(&mut conn, &["DEL", name]).await;
-    let seen = next_state(&mut rx, Duration::from_secs(5), "the silent vacancy", Option::is_none).await;
+    let seen = next_state(
+        &mut rx,
+        Duration::from_secs(5),
+        "the silent vacancy",
+        Option::is_none,
+    )
+    .await;
     let vacancy = seen.duration_since(deleted);
     assert_eq!(leader_in_redis(&mut conn, name).await, None);
 
@@ -327,9 +392,15 @@ async fn observe_without_the_pub_sub_message_still_changes_within_the_recheck() 
     tokio::time::sleep(Duration::from_millis(100)).await;
     let taken = Instant::now();
     redisson_take(&mut conn, name, "1b2c3d4e-0000-4000-8000-000000000002:9").await;
-    let seen = next_state(&mut rx, Duration::from_secs(5), "the silent Redisson holder", |s| {
-        s.as_ref().is_some_and(|s| s.value().is_none() && s.term().is_none())
-    })
+    let seen = next_state(
+        &mut rx,
+        Duration::from_secs(5),
+        "the silent Redisson holder",
+        |s| {
+            s.as_ref()
+                .is_some_and(|s| s.value().is_none() && s.term().is_none())
+        },
+    )
     .await;
     let holder = seen.duration_since(taken);
     let stale_record: i64 = cmd(&mut conn, &["EXISTS", &record_key(name)]).await;
@@ -338,7 +409,13 @@ async fn observe_without_the_pub_sub_message_still_changes_within_the_recheck() 
     tokio::time::sleep(Duration::from_millis(100)).await;
     let unlocked = Instant::now();
     redisson_unlock(&mut conn, name).await;
-    let seen = next_state(&mut rx, Duration::from_secs(5), "the Redisson unlock", Option::is_none).await;
+    let seen = next_state(
+        &mut rx,
+        Duration::from_secs(5),
+        "the Redisson unlock",
+        Option::is_none,
+    )
+    .await;
     let published = seen.duration_since(unlocked);
     println!(
         "observe() without a message: vacancy seen after {:.1} ms, a Redisson holder after {:.1} ms \
@@ -364,10 +441,17 @@ async fn a_redisson_protocol_holder_blocks_our_campaign_and_its_unlock_wakes_it(
     let java_owner = "6f1c2d3e-0000-4000-8000-000000000001:77";
     redisson_take(&mut conn, name, java_owner).await;
 
-    assert!(e.try_campaign("ours").await.expect("try").is_none(), "the Java holder excludes us");
+    assert!(
+        e.try_campaign("ours").await.expect("try").is_none(),
+        "the Java holder excludes us"
+    );
     let seen = e.leader().await.expect("leader").expect("a holder");
     assert_eq!((seen.value(), seen.term()), (None, None), "{seen:?}");
-    assert!(seen.expires_in().is_some_and(|d| d > Duration::from_secs(20)), "{seen:?}");
+    assert!(
+        seen.expires_in()
+            .is_some_and(|d| d > Duration::from_secs(20)),
+        "{seen:?}"
+    );
 
     let e2 = e.clone();
     let campaign = tokio::spawn(async move { e2.campaign("ours").await });
@@ -384,7 +468,10 @@ async fn a_redisson_protocol_holder_blocks_our_campaign_and_its_unlock_wakes_it(
         .await
         .expect("join")
         .expect("campaign");
-    println!("campaign woken {:?} after Redisson's unlock", unlocked.elapsed());
+    println!(
+        "campaign woken {:?} after Redisson's unlock",
+        unlocked.elapsed()
+    );
     assert!(l.is_leader());
     l.resign().await.expect("resign");
 }
@@ -394,7 +481,10 @@ async fn our_leadership_blocks_a_redisson_protocol_try_lock() {
     let server = support::server();
     let name = "el:we-hold";
     let client = client_at(&server.url(), 30_000, 2_000);
-    let l = election(&client, name).campaign("ours").await.expect("campaign");
+    let l = election(&client, name)
+        .campaign("ours")
+        .await
+        .expect("campaign");
     let mut conn = raw(&server).await;
     let java_owner = "6f1c2d3e-0000-4000-8000-000000000003:1";
     // Redisson's tryLock: the lock exists and the field is not ours → its PTTL
@@ -405,9 +495,16 @@ async fn our_leadership_blocks_a_redisson_protocol_try_lock() {
         .invoke_async(&mut conn)
         .await
         .expect("redisson acquire");
-    assert!(pttl.is_some_and(|t| t > 0), "Redisson's tryLock fails: {pttl:?}");
+    assert!(
+        pttl.is_some_and(|t| t > 0),
+        "Redisson's tryLock fails: {pttl:?}"
+    );
     let lock = hgetall(&mut conn, name).await;
-    assert_eq!(lock.keys().collect::<Vec<_>>(), vec![l.held_lock().owner_id()], "{lock:?}");
+    assert_eq!(
+        lock.keys().collect::<Vec<_>>(),
+        vec![l.held_lock().owner_id()],
+        "{lock:?}"
+    );
     l.resign().await.expect("resign");
     // and once we resigned it succeeds
     let free: Option<i64> = redis::Script::new(support::REDISSON_ACQUIRE)
@@ -549,9 +646,13 @@ async fn the_cancellation_token_fires_before_the_next_leaders_first_fenced_write
     tokio::time::sleep(Duration::from_millis(100)).await;
     proxy.black_hole();
     let cut = Instant::now();
-    let (lb, _) = within(Duration::from_secs(5), "b leads", next).await.expect("join");
+    let (lb, _) = within(Duration::from_secs(5), "b leads", next)
+        .await
+        .expect("join");
     let b_after = cut.elapsed();
-    assert!(within(Duration::from_secs(2), "a's work ends", work).await.expect("join"));
+    assert!(within(Duration::from_secs(2), "a's work ends", work)
+        .await
+        .expect("join"));
     assert!(!la.is_leader());
     // what A had queued behind the partition arrives now: refused
     proxy.heal();
@@ -560,9 +661,14 @@ async fn the_cancellation_token_fires_before_the_next_leaders_first_fenced_write
     let at = |p: &str| lines.iter().position(|l| l.starts_with(p));
     let cancelled = at("cancelled,").expect("a's cancellation logged");
     let b_first = at(&format!("{},", lb.term())).expect("b's write logged");
-    let a_last = lines.iter().rposition(|l| l.starts_with(&format!("{term_a},")));
+    let a_last = lines
+        .iter()
+        .rposition(|l| l.starts_with(&format!("{term_a},")));
     let us = |i: usize| -> u64 {
-        lines[i].split_once(',').and_then(|(_, t)| t.parse().ok()).unwrap_or(0)
+        lines[i]
+            .split_once(',')
+            .and_then(|(_, t)| t.parse().ok())
+            .unwrap_or(0)
     };
     println!(
         "cancellation: b led {:.1} ms after the partition; a's cancellation logged {:.1} ms before b's first fenced write ({} entries)",
@@ -570,7 +676,10 @@ async fn the_cancellation_token_fires_before_the_next_leaders_first_fenced_write
         us(b_first).saturating_sub(us(cancelled)) as f64 / 1e3,
         lines.len()
     );
-    assert!(cancelled < b_first, "cancelled after the next leader wrote: {lines:?}");
+    assert!(
+        cancelled < b_first,
+        "cancelled after the next leader wrote: {lines:?}"
+    );
     assert!(a_last.is_some_and(|i| i < b_first), "{lines:?}");
     assert!(log::violations(&log::parse(&lines)).is_empty(), "{lines:?}");
     assert!(lb.term() > term_a);
@@ -584,33 +693,77 @@ async fn fenced_writes_apply_while_the_hold_is_current() {
     let server = support::server();
     let client = client_at(&server.url(), 30_000, 2_000);
     let mut conn = raw(&server).await;
-    let g = client.lock("fw:lock").expect("name").acquire().await.expect("acquire");
+    let g = client
+        .lock("fw:lock")
+        .expect("name")
+        .acquire()
+        .await
+        .expect("acquire");
     let fence = g.fence();
     assert_eq!(fence.token(), g.fencing_token());
     assert_eq!(g.held_lock().fence().token(), g.fencing_token());
 
     fence.set("fw:k", "v1").await.expect("set");
-    assert_eq!(cmd::<Option<String>, _>(&mut conn, &["GET", "fw:k"]).await.as_deref(), Some("v1"));
+    assert_eq!(
+        cmd::<Option<String>, _>(&mut conn, &["GET", "fw:k"])
+            .await
+            .as_deref(),
+        Some("v1")
+    );
     assert_eq!(fence.incr_by("fw:n", 5).await.expect("incr"), 5);
-    assert_eq!(g.held_lock().fence().incr_by("fw:n", -2).await.expect("incr"), 3);
-    assert_eq!(cmd::<Option<i64>, _>(&mut conn, &["GET", "fw:n"]).await, Some(3));
+    assert_eq!(
+        g.held_lock()
+            .fence()
+            .incr_by("fw:n", -2)
+            .await
+            .expect("incr"),
+        3
+    );
+    assert_eq!(
+        cmd::<Option<i64>, _>(&mut conn, &["GET", "fw:n"]).await,
+        Some(3)
+    );
     fence.hset("fw:h", "f", "x").await.expect("hset");
-    assert_eq!(cmd::<Option<String>, _>(&mut conn, &["HGET", "fw:h", "f"]).await.as_deref(), Some("x"));
+    assert_eq!(
+        cmd::<Option<String>, _>(&mut conn, &["HGET", "fw:h", "f"])
+            .await
+            .as_deref(),
+        Some("x")
+    );
     assert!(fence.del("fw:k").await.expect("del"));
-    assert!(!fence.del("fw:k").await.expect("del"), "nothing left to delete");
+    assert!(
+        !fence.del("fw:k").await.expect("del"),
+        "nothing left to delete"
+    );
     assert_eq!(cmd::<i64, _>(&mut conn, &["EXISTS", "fw:k"]).await, 0);
     // a script of our own: KEYS and ARGV are ours, 1-based
     let script = FencedScript::new(
         "redis.call('SET', KEYS[1], ARGV[1]) return redis.call('APPEND', KEYS[2], ARGV[2])",
     );
-    let len: i64 = fence.eval(&script, &["fw:a", "fw:b"], &["one", "two"]).await.expect("eval");
+    let len: i64 = fence
+        .eval(&script, &["fw:a", "fw:b"], &["one", "two"])
+        .await
+        .expect("eval");
     assert_eq!(len, 3);
-    assert_eq!(cmd::<Option<String>, _>(&mut conn, &["GET", "fw:a"]).await.as_deref(), Some("one"));
-    assert_eq!(cmd::<Option<String>, _>(&mut conn, &["GET", "fw:b"]).await.as_deref(), Some("two"));
+    assert_eq!(
+        cmd::<Option<String>, _>(&mut conn, &["GET", "fw:a"])
+            .await
+            .as_deref(),
+        Some("one")
+    );
+    assert_eq!(
+        cmd::<Option<String>, _>(&mut conn, &["GET", "fw:b"])
+            .await
+            .as_deref(),
+        Some("two")
+    );
     g.release().await.expect("release");
 
     // and a leader's fence
-    let l = election(&client, "fw:leader").campaign("me").await.expect("campaign");
+    let l = election(&client, "fw:leader")
+        .campaign("me")
+        .await
+        .expect("campaign");
     assert_eq!(l.fence().token(), l.term());
     assert_eq!(l.fence().incr_by("fw:n", 1).await.expect("incr"), 4);
     l.resign().await.expect("resign");
@@ -656,7 +809,9 @@ fn assert_all_refused(outcomes: &[(&str, lock_core::Result<()>)], name: &str) {
 }
 
 /// The keys the writes above touch, as Redis has them.
-async fn written(conn: &mut redis::aio::MultiplexedConnection) -> (Option<String>, Option<i64>, Option<String>) {
+async fn written(
+    conn: &mut redis::aio::MultiplexedConnection,
+) -> (Option<String>, Option<i64>, Option<String>) {
     (
         cmd(conn, &["GET", "fw:k"]).await,
         cmd(conn, &["GET", "fw:n"]).await,
@@ -674,7 +829,12 @@ async fn fenced_writes_are_refused_by_redis_once_the_lock_is_gone_and_redis_is_u
         // a plain guard (no leader record to refresh): with a 30 s
         // watchdog it does not look at Redis again during the test, so the
         // refusal below is Redis's check, not the guard's own knowledge
-        let g = client.lock(name).expect("name").acquire().await.expect("acquire");
+        let g = client
+            .lock(name)
+            .expect("name")
+            .acquire()
+            .await
+            .expect("acquire");
         let fence = g.fence();
         fence.set("fw:k", "v").await.expect("set");
         fence.incr_by("fw:n", 1).await.expect("incr");
@@ -691,15 +851,26 @@ async fn fenced_writes_are_refused_by_redis_once_the_lock_is_gone_and_redis_is_u
         drop(g);
     }
     // a new holder: the stale fence still refused, the holder's writes go
-    let g = client.lock(name).expect("name").acquire().await.expect("acquire");
+    let g = client
+        .lock(name)
+        .expect("name")
+        .acquire()
+        .await
+        .expect("acquire");
     let stale = g.fence();
     let _: i64 = cmd(&mut conn, &["DEL", name]).await;
     let other = client_at(&server.url(), 30_000, 2_000);
-    let l = election(&other, name).campaign("other").await.expect("campaign");
+    let l = election(&other, name)
+        .campaign("other")
+        .await
+        .expect("campaign");
     let before = written(&mut conn).await;
     assert_all_refused(&every_write(&stale).await, name);
     assert_eq!(written(&mut conn).await, before, "nothing written");
-    l.fence().set("fw:k", "theirs").await.expect("the leader's write");
+    l.fence()
+        .set("fw:k", "theirs")
+        .await
+        .expect("the leader's write");
     assert_eq!(written(&mut conn).await.0.as_deref(), Some("theirs"));
     l.resign().await.expect("resign");
     drop(g);
@@ -710,7 +881,10 @@ async fn fenced_writes_after_resign_or_release_are_refused() {
     let server = support::server();
     let client = client_at(&server.url(), 30_000, 2_000);
     let mut conn = raw(&server).await;
-    let l = election(&client, "fw:resigned").campaign("me").await.expect("campaign");
+    let l = election(&client, "fw:resigned")
+        .campaign("me")
+        .await
+        .expect("campaign");
     let fence = l.fence();
     fence.incr_by("fw:n", 1).await.expect("incr");
     l.resign().await.expect("resign");
@@ -718,7 +892,12 @@ async fn fenced_writes_after_resign_or_release_are_refused() {
     assert_all_refused(&every_write(&fence).await, "fw:resigned");
     assert_eq!(written(&mut conn).await, before);
 
-    let g = client.lock("fw:released").expect("name").acquire().await.expect("acquire");
+    let g = client
+        .lock("fw:released")
+        .expect("name")
+        .acquire()
+        .await
+        .expect("acquire");
     let fence = g.fence();
     g.release().await.expect("release");
     assert_all_refused(&every_write(&fence).await, "fw:released");
@@ -731,7 +910,11 @@ async fn fenced_writes_after_resign_or_release_are_refused() {
 /// refused, B's writes stand. Returns the log and A's outcome.
 async fn late_write(fenced: bool) -> (Vec<String>, Option<lock_core::Result<String>>, u64, u64) {
     let server = support::server();
-    let name = if fenced { "fw:late" } else { "fw:late-unfenced" };
+    let name = if fenced {
+        "fw:late"
+    } else {
+        "fw:late-unfenced"
+    };
     let log_key = format!("{name}:log");
     let proxy = FaultProxy::start(server.addr()).expect("proxy");
     let a = client_at(&proxy.url(), 600, 5_000);
@@ -754,7 +937,12 @@ async fn late_write(fenced: bool) -> (Vec<String>, Option<lock_core::Result<Stri
     proxy.black_hole();
     assert!(la.is_leader());
     let late = {
-        let (fence, script, key, term) = (la.fence(), script.clone(), log_key.clone(), term_a.to_string());
+        let (fence, script, key, term) = (
+            la.fence(),
+            script.clone(),
+            log_key.clone(),
+            term_a.to_string(),
+        );
         tokio::spawn(async move {
             if fenced {
                 Some(fence.eval::<String>(&script, &[&key], &[&term]).await)
@@ -813,8 +1001,16 @@ async fn a_late_fenced_write_of_a_partitioned_leader_is_refused_and_the_new_lead
         other => panic!("a's late write was not refused: {other:?}"),
     }
     let entries = log::parse(&lines);
-    assert_eq!(entries.iter().filter(|e| e.term == term_a).count(), 1, "{lines:?}");
-    assert_eq!(entries.iter().filter(|e| e.term == term_b).count(), 4, "{lines:?}");
+    assert_eq!(
+        entries.iter().filter(|e| e.term == term_a).count(),
+        1,
+        "{lines:?}"
+    );
+    assert_eq!(
+        entries.iter().filter(|e| e.term == term_b).count(),
+        4,
+        "{lines:?}"
+    );
     assert!(log::violations(&entries).is_empty(), "{lines:?}");
 }
 
@@ -827,10 +1023,16 @@ async fn the_observer_catches_an_unfenced_late_write() {
     let entries = log::parse(&lines);
     let last_a = entries.iter().rposition(|e| e.term == term_a);
     let first_b = entries.iter().position(|e| e.term == term_b);
-    assert!(last_a > first_b, "the unfenced write landed after b's: {lines:?}");
+    assert!(
+        last_a > first_b,
+        "the unfenced write landed after b's: {lines:?}"
+    );
     let found = log::violations(&entries);
     println!("observer: {found:?}");
-    assert!(!found.is_empty(), "the observer misses the stale write: {lines:?}");
+    assert!(
+        !found.is_empty(),
+        "the observer misses the stale write: {lines:?}"
+    );
 }
 
 #[test]

@@ -174,7 +174,10 @@ impl Drop for Kids {
 
 fn spawn(envs: &[(&str, String)]) -> Kid {
     let mut child = support::spawn_child(module_path!(), envs, Stdio::null());
-    let stdout = child.stdout.take().unwrap_or_else(|| panic!("piped stdout"));
+    let stdout = child
+        .stdout
+        .take()
+        .unwrap_or_else(|| panic!("piped stdout"));
     let out = Arc::new(Mutex::new(Vec::new()));
     let lines = out.clone();
     std::thread::spawn(move || {
@@ -229,7 +232,9 @@ impl Observer {
     /// Takes what the leaders wrote since the last drain.
     async fn drain(&mut self) {
         let key = self.log.clone();
-        let Some(conn) = self.conn().await else { return };
+        let Some(conn) = self.conn().await else {
+            return;
+        };
         let got: redis::RedisResult<Vec<String>> =
             redis::Script::new(DRAIN).key(&key).invoke_async(conn).await;
         match got {
@@ -252,7 +257,10 @@ impl Observer {
     }
 
     async fn leader_now(&mut self) -> Option<LeaderNow> {
-        let (lock, record) = (self.name.clone(), format!("lockcore_leader:{{{}}}", self.name));
+        let (lock, record) = (
+            self.name.clone(),
+            format!("lockcore_leader:{{{}}}", self.name),
+        );
         let conn = self.conn().await?;
         let got: redis::RedisResult<Vec<String>> = redis::Script::new(LEADER_NOW)
             .key(&lock)
@@ -379,7 +387,9 @@ async fn never_two_leaders_under_kills_partitions_pauses_and_redis_restarts() {
         let status = loop {
             match kid.child.try_wait() {
                 Ok(Some(s)) => break Some(s),
-                Ok(None) if Instant::now() < deadline => obs.drain_for(Duration::from_millis(50)).await,
+                Ok(None) if Instant::now() < deadline => {
+                    obs.drain_for(Duration::from_millis(50)).await
+                }
                 _ => break None,
             }
         };
@@ -440,7 +450,10 @@ async fn never_two_leaders_under_kills_partitions_pauses_and_redis_restarts() {
         count(Fault::Restart),
         violations.len()
     );
-    println!("fail-over (fault to the next term's first write, lease {WATCHDOG:?}): {}", report.join("; "));
+    println!(
+        "fail-over (fault to the next term's first write, lease {WATCHDOG:?}): {}",
+        report.join("; ")
+    );
     assert!(failed.is_empty(), "children failed: {failed:?}");
     assert!(violations.is_empty(), "two leaders: {violations:#?}");
     assert!(spans.len() >= 20, "only {} terms", spans.len());

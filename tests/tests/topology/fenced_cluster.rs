@@ -79,9 +79,16 @@ async fn fenced_writes_with_the_locks_tag_succeed_and_other_slots_are_refused_be
         .await
         .expect("eval");
     assert_eq!(left, 98);
-    assert_eq!(cmd::<Option<i64>, _>(&mut obs, &["GET", stock]).await, Some(98));
     assert_eq!(
-        cmd::<Vec<String>, _>(&mut obs, &["LRANGE", "flash-sale:buyers:{sku-42}", "0", "-1"]).await,
+        cmd::<Option<i64>, _>(&mut obs, &["GET", stock]).await,
+        Some(98)
+    );
+    assert_eq!(
+        cmd::<Vec<String>, _>(
+            &mut obs,
+            &["LRANGE", "flash-sale:buyers:{sku-42}", "0", "-1"]
+        )
+        .await,
         vec!["buyer-7".to_string()]
     );
 
@@ -107,7 +114,10 @@ async fn fenced_writes_with_the_locks_tag_succeed_and_other_slots_are_refused_be
     }
     assert_eq!(after, before, "no call reached a node");
     assert_eq!(cmd::<i64, _>(&mut obs, &["EXISTS", other]).await, 0);
-    assert_eq!(cmd::<Option<i64>, _>(&mut obs, &["GET", stock]).await, Some(98));
+    assert_eq!(
+        cmd::<Option<i64>, _>(&mut obs, &["GET", stock]).await,
+        Some(98)
+    );
     l.resign().await.expect("resign");
 }
 
@@ -117,7 +127,12 @@ async fn a_stale_holders_fenced_write_is_refused_on_a_cluster_and_the_new_holder
     let (a, b) = (client(&c.url()), client(&c.url()));
     let mut obs = observer(&c).await;
     let (name, stock) = ("stock:{sku-7}", "flash-sale:stock:{sku-7}");
-    let ga = a.lock(name).expect("name").acquire().await.expect("acquire");
+    let ga = a
+        .lock(name)
+        .expect("name")
+        .acquire()
+        .await
+        .expect("acquire");
     ga.fence().set(stock, "10").await.expect("set");
     // the lock taken from A behind its back (as an expiry during a pause
     // would): B holds it now; A still believes it holds
@@ -134,9 +149,15 @@ async fn a_stale_holders_fenced_write_is_refused_on_a_cluster_and_the_new_holder
         Err(e @ Error::FenceRefused { .. }) => assert!(e.is_fence_refused()),
         other => panic!("the stale write went through: {other:?}"),
     }
-    assert_eq!(cmd::<Option<i64>, _>(&mut obs, &["GET", stock]).await, Some(10));
+    assert_eq!(
+        cmd::<Option<i64>, _>(&mut obs, &["GET", stock]).await,
+        Some(10)
+    );
     assert_eq!(lb.fence().incr_by(stock, -1).await.expect("b's write"), 9);
-    assert_eq!(cmd::<Option<i64>, _>(&mut obs, &["GET", stock]).await, Some(9));
+    assert_eq!(
+        cmd::<Option<i64>, _>(&mut obs, &["GET", stock]).await,
+        Some(9)
+    );
     assert!(lb.term() > ga.fencing_token());
     lb.resign().await.expect("resign");
     drop(ga);
