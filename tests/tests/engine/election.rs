@@ -1044,3 +1044,147 @@ fn the_observer_finds_overlaps_and_decreasing_terms() {
     // an overlap with an earlier, longer span, not only the previous one
     assert!(!log::violations(&[e(1, 10), e(2, 12), e(2, 13), e(3, 14), e(1, 50)]).is_empty());
 }
+
+/// One client both observes and campaigns (a replica that shows who leads
+/// and wants to lead): an unlock message (Redisson's `0`, which wakes one
+/// waiter of a client) must reach the campaign, not only the observer.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_observer_on_the_campaigners_client_does_not_take_its_wake_up() {
+    let server = support::server();
+    let name = "el:shared-wake";
+    let client = client_at(&server.url(), 30_000, 2_000);
+    let other = client_at(&server.url(), 30_000, 2_000);
+    let e = election(&client, name);
+    let mut conn = raw(&server).await;
+    // the observer subscribes first (the longest-waiting local waiter)
+    let mut rx = watch(&e);
+    next_state(
+        &mut rx,
+        Duration::from_secs(5),
+        "first state",
+        Option::is_none,
+    )
+    .await;
+    let mut woken = Vec::new();
+    for round in 0..3 {
+        // held by a Redisson client (30 s lease), then by a lock-core leader
+        let leader = if round == 1 {
+            Some(
+                election(&other, name)
+                    .campaign("other")
+                    .await
+                    .expect("campaign"),
+            )
+        } else {
+            redisson_take(&mut conn, name, "6f1c2d3e-0000-4000-8000-000000000009:1").await;
+            None
+        };
+        let e2 = e.clone();
+        let campaign = tokio::spawn(async move { e2.campaign("me").await });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!campaign.is_finished(), "round {round}: the lock is held");
+        let freed = Instant::now();
+        match leader {
+            Some(l) => l.resign().await.expect("resign"),
+            None => redisson_unlock(&mut conn, name).await,
+        }
+        let l = within(Duration::from_secs(2), "the campaign woken", campaign)
+            .await
+            .expect("join")
+            .expect("campaign");
+        woken.push(ms(freed.elapsed()));
+        let term = l.term();
+        next_state(
+            &mut rx,
+            Duration::from_secs(3),
+            "the observer sees us",
+            |s| s.as_ref().is_some_and(|s| s.term() == Some(term)),
+        )
+        .await;
+        l.resign().await.expect("resign");
+        next_state(&mut rx, Duration::from_secs(3), "vacancy", Option::is_none).await;
+    }
+    println!("campaign beside an observer woken after {woken:?} ms");
+    assert!(woken.iter().all(|w| *w < 500.0), "{woken:?}");
+}
+
+/// `lost()` resolves on loss, at the validity deadline (a partition:
+/// before Redis lets the lock expire), and not on a resign; `ended()` and
+/// the cancellation token on both.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_resolves_at_the_validity_deadline_before_redis_expires_the_lock_not_on_resign() {
+    let server = support::server();
+    let name = "el:lost";
+    let mut conn = raw(&server).await;
+    let client = client_at(&server.url(), 600, 2_000);
+    // a resign: ended, not lost
+    let l = election(&client, name)
+        .campaign("a")
+        .await
+        .expect("campaign");
+    let (watcher, token) = (l.clone(), l.cancellation_token());
+    let lost = tokio::spawn(async move { watcher.lost().await });
+    let ended = tokio::spawn({
+        let w = l.clone();
+        async move { w.ended().await }
+    });
+    l.resign().await.expect("resign");
+    within(Duration::from_secs(1), "ended on resign", ended)
+        .await
+        .expect("join");
+    within(Duration::from_secs(1), "token on resign", token.cancelled()).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!lost.is_finished(), "lost() must not resolve on a resign");
+    lost.abort();
+
+    // a partition: lost at the deadline, while the lock still lives in Redis
+    let proxy = FaultProxy::start(server.addr()).expect("proxy");
+    let partitioned = client_at(&proxy.url(), 600, 2_000);
+    let l = election(&partitioned, name)
+        .campaign("b")
+        .await
+        .expect("campaign");
+    let token = l.cancellation_token();
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    proxy.black_hole();
+    let cut = Instant::now();
+    let lost = tokio::spawn({
+        let l = l.clone();
+        async move {
+            l.lost().await;
+            Instant::now()
+        }
+    });
+    // the moment Redis lets the lock expire (polled every ms): by then the
+    // leadership must have ended (whatever the scheduler's delays: is_leader
+    // compares the clock with the deadline)
+    let mut expired_leader = None;
+    for _ in 0..3_000 {
+        let pttl: i64 = cmd(&mut conn, &["PTTL", name]).await;
+        if pttl == -2 {
+            expired_leader = Some(l.is_leader());
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let expired = cut.elapsed();
+    let lost_at = within(Duration::from_secs(2), "lost on the partition", lost)
+        .await
+        .expect("join");
+    let after = lost_at.duration_since(cut);
+    assert!(token.is_cancelled());
+    assert!(!l.is_leader());
+    assert!(l.ensure_leader().expect_err("lost").is_lost());
+    println!(
+        "lost() {:.1} ms after the partition; Redis expired the lock {:.1} ms after it",
+        ms(after),
+        ms(expired)
+    );
+    assert_eq!(
+        expired_leader,
+        Some(false),
+        "still leader when Redis expired the lock"
+    );
+    assert!(after <= Duration::from_millis(650), "{after:?}");
+    proxy.heal();
+}
