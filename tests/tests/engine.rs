@@ -9,7 +9,9 @@
 //! the read-write lock itself, and `rwlock_interop`, it and Redisson's
 //! protocol on the same names; `redisson_semaphore`, Redisson's semaphore
 //! and latch protocols spoken by reference clients; `semaphore`, the
-//! semaphores and the count-down latch themselves.
+//! semaphores and the count-down latch themselves; `election`, leader
+//! election (campaign, leader record, observe, run_as_leader, a
+//! Redisson-protocol holder on the same name) and fenced writes.
 
 mod support;
 

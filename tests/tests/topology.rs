@@ -1,7 +1,8 @@
 //! Deployments beyond one server: Redis Cluster (the harness's clusters,
 //! and lock-core on them), Redis Sentinel (the harness's sets, and
 //! lock-core following a failover), replica acknowledgement, and what a
-//! client pointed at one cluster node does.
+//! client pointed at one cluster node does; fenced writes and elections
+//! on a cluster (`fenced_cluster`).
 
 mod support;
 

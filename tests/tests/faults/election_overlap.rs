@@ -15,6 +15,11 @@
 //! (Redis's clock, read with the leader's identity just before the fault)
 //! to the next term's first write; printed per kind of fault.
 //!
+//! Each child also says its local leadership windows (from the campaign's
+//! return to `ended()`, wall clock): outside Redis data loss a window ends
+//! before the next leader's begins; after a restart the overlap (the old
+//! leader learns of the lost lock at its next write or renewal) is printed.
+//!
 //! This binary re-runs itself as the child processes (`child_process`,
 //! ignored, with a role in the environment), as `sem_kill` does.
 

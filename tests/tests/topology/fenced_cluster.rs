@@ -2,8 +2,10 @@
 //! cluster of loopback `redis-server`s): keys with the lock's `{tag}`
 //! live in the lock's slot and are written; a key of another slot is
 //! refused before any call; a stale holder's write is refused by Redis
-//! while the new holder's go through. Judged with the test's own cluster
-//! connection and the nodes' `INFO commandstats`.
+//! while the new holder's go through; an election's record shares the
+//! lock's slot, `leader()` and `observe()` agree with it, and a resign
+//! wakes the next campaign by sharded pub/sub. Judged with the test's own
+//! cluster connection and the nodes' `INFO commandstats`.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -161,4 +163,84 @@ async fn a_stale_holders_fenced_write_is_refused_on_a_cluster_and_the_new_holder
     assert!(lb.term() > ga.fencing_token());
     lb.resign().await.expect("resign");
     drop(ga);
+}
+
+/// The leader record's key: `lockcore_leader:{name}`, or, for a name with
+/// a hash tag of its own, `lockcore_leader:name` (so that it shares the
+/// tag's slot, as Redisson's helper keys do).
+fn record_key(name: &str) -> String {
+    if name.contains('{') {
+        format!("lockcore_leader:{name}")
+    } else {
+        format!("lockcore_leader:{{{name}}}")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_election_on_a_cluster_records_observes_and_hands_over_by_sharded_pub_sub() {
+    let c = cluster(3, 0);
+    let (a, b) = (client(&c.url()), client(&c.url()));
+    let mut obs = observer(&c).await;
+    for name in ["jobs", "jobs:{eu}"] {
+        let record = record_key(name);
+        assert_eq!(
+            c.key_slot(&record).expect("slot"),
+            c.key_slot(name).expect("slot"),
+            "{name}: the record shares the lock's slot"
+        );
+        let (ea, eb) = (
+            a.election(name).expect("name"),
+            b.election(name).expect("name"),
+        );
+        let mut watch = eb.observe();
+        assert_eq!(watch.changed().await.expect("observe"), None);
+        let la = ea.campaign("a").await.expect("campaign");
+        // the record, read with the test's own connection
+        let fields: HashMap<String, String> = cmd(&mut obs, &["HGETALL", &record]).await;
+        assert_eq!(
+            fields.get("value").map(String::as_str),
+            Some("a"),
+            "{name}: {fields:?}"
+        );
+        assert_eq!(fields.get("term"), Some(&la.term().to_string()));
+        let owner = fields.get("owner").cloned().unwrap_or_default();
+        assert_eq!(cmd::<i64, _>(&mut obs, &["HEXISTS", name, &owner]).await, 1);
+        // B's view: leader() and observe()
+        let seen = eb.leader().await.expect("leader").expect("a leader");
+        assert_eq!((seen.value(), seen.term()), (Some("a"), Some(la.term())));
+        let change = tokio::time::timeout(Duration::from_secs(3), watch.changed())
+            .await
+            .expect("observe in time")
+            .expect("observe");
+        assert_eq!(change.and_then(|l| l.term()), Some(la.term()));
+        // B campaigns, woken by A's resign
+        let waiting = tokio::spawn({
+            let eb = eb.clone();
+            async move { eb.campaign("b").await }
+        });
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        assert!(!waiting.is_finished(), "{name}: a leads");
+        let term_a = la.term();
+        let resigned = tokio::time::Instant::now();
+        la.resign().await.expect("resign");
+        let lb = tokio::time::timeout(Duration::from_secs(2), waiting)
+            .await
+            .expect("b woken in time")
+            .expect("join")
+            .expect("campaign");
+        let woke = resigned.elapsed();
+        println!("cluster election {name}: b led {woke:?} after a resigned");
+        assert!(woke < Duration::from_secs(1), "{woke:?}");
+        assert!(lb.term() > term_a);
+        // a key in the lock's slot (the record's name with a suffix)
+        let key = format!("{record}:fenced");
+        lb.fence().set(&key, "b").await.expect("fenced set");
+        assert_eq!(
+            cmd::<Option<String>, _>(&mut obs, &["GET", &key])
+                .await
+                .as_deref(),
+            Some("b")
+        );
+        lb.resign().await.expect("resign");
+    }
 }
