@@ -22,6 +22,7 @@ mod support;
 /// The suites, one module per file in `faults/`.
 mod faults {
     mod cut_faults;
+    mod election_cut_faults;
     mod failures;
     mod fault_proxy;
     mod lanes;
