@@ -177,9 +177,35 @@ pub enum Error {
         /// The lock's name.
         name: String,
     },
+
+    /// A fenced write ([`Fence`](crate::Fence)) was refused: the hold it
+    /// was made through is no longer the holder of lock `name` in Redis
+    /// (it expired, was released, lost, or taken over), or it had already
+    /// ended here. Redis checked this in the same script as the write, so
+    /// nothing was written.
+    #[error(
+        "fenced write on lock `{name}` refused: this hold is no longer the lock's holder; \
+         nothing was written"
+    )]
+    FenceRefused {
+        /// The lock's name.
+        name: String,
+    },
 }
 
 impl Error {
+    /// A fenced write was refused: the hold it names is no longer the
+    /// lock's holder in Redis (or has already ended here), so nothing was
+    /// written.
+    ///
+    /// ```
+    /// # use lock_core::Error;
+    /// assert!(Error::FenceRefused { name: "stock".into() }.is_fence_refused());
+    /// ```
+    pub fn is_fence_refused(&self) -> bool {
+        matches!(self, Error::FenceRefused { .. })
+    }
+
     /// The wait bound passed before the lock was acquired.
     ///
     /// ```

@@ -92,7 +92,12 @@ impl LockGuard {
     /// ```
     pub fn held_lock(&self) -> HeldLock {
         let held = self.held();
-        HeldLock::new(held.target.keys.clone(), held.hold.clone(), held.lease)
+        HeldLock::new(
+            held.target.engine.clone(),
+            held.target.keys.clone(),
+            held.hold.clone(),
+            held.lease,
+        )
     }
 
     /// How this guard holds its lock: [`LockMode::Exclusive`], or a side

@@ -8,12 +8,13 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{Error, Result};
+use crate::hold::engine::Engine;
 use crate::hold::Hold;
 use crate::options::LockMode;
 use crate::protocol::keys::LockKeys;
 
 /// A held lock, seen from the code that runs under it. Cheap to clone
-/// (two `Arc`s); `Send + Sync + 'static`, so it can go into a request's
+/// (three `Arc`s); `Send + Sync + 'static`, so it can go into a request's
 /// extensions or a spawned task.
 ///
 /// Where it comes from:
@@ -40,6 +41,7 @@ use crate::protocol::keys::LockKeys;
 /// ```
 #[derive(Clone)]
 pub struct HeldLock {
+    engine: Arc<Engine>,
     keys: Arc<LockKeys>,
     hold: Arc<Hold>,
     lease: Option<Duration>,
@@ -57,8 +59,26 @@ impl std::fmt::Debug for HeldLock {
 }
 
 impl HeldLock {
-    pub(crate) fn new(keys: Arc<LockKeys>, hold: Arc<Hold>, lease: Option<Duration>) -> Self {
-        HeldLock { keys, hold, lease }
+    pub(crate) fn new(
+        engine: Arc<Engine>,
+        keys: Arc<LockKeys>,
+        hold: Arc<Hold>,
+        lease: Option<Duration>,
+    ) -> Self {
+        HeldLock {
+            engine,
+            keys,
+            hold,
+            lease,
+        }
+    }
+
+    pub(crate) fn engine(&self) -> &Arc<Engine> {
+        &self.engine
+    }
+
+    pub(crate) fn keys(&self) -> &Arc<LockKeys> {
+        &self.keys
     }
 
     pub(crate) fn hold(&self) -> &Arc<Hold> {

@@ -84,7 +84,7 @@ impl Rule {
 /// Both forms share the key's Cluster slot only for the keys that
 /// [`validate_name`] lets through: a key with a hash tag (`<kind>:` adds
 /// no brace, so the tag stays the first one), or a key without braces.
-pub(super) fn prefixed(kind: &str, key: &str) -> String {
+pub(crate) fn prefixed(kind: &str, key: &str) -> String {
     if key.contains('{') {
         format!("{kind}:{key}")
     } else {
@@ -120,6 +120,8 @@ fn is_helper_name(key: &str) -> bool {
         super::sem_keys::SEM_REQUEST_KIND,
         super::sem_keys::GRANTS_KIND,
         super::sem_keys::LATCH_REQUEST_KIND,
+        super::election::LEADER_KIND,
+        super::election::LEADER_CHANNEL_KIND,
     ]
     .iter()
     .any(|kind| {

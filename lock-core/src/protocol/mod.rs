@@ -12,6 +12,8 @@
 pub(crate) mod acquire;
 pub(crate) mod cancel;
 pub(crate) mod confirm;
+pub(crate) mod election;
+pub(crate) mod fenced;
 pub(crate) mod force_unlock;
 pub(crate) mod handoff;
 pub(crate) mod keys;
@@ -87,6 +89,14 @@ pub(crate) struct Scripts {
     pub(crate) sem_leave: Script,
     pub(crate) sem_set: Script,
     pub(crate) latch_count_down: Script,
+    /// The ready-made fenced writes (`fenced.lua` around a body of `fenced::bodies`).
+    pub(crate) fenced_set: Script,
+    pub(crate) fenced_incr_by: Script,
+    pub(crate) fenced_hset: Script,
+    pub(crate) fenced_del: Script,
+    /// An election's leader record and its read.
+    pub(crate) leader_record: Script,
+    pub(crate) leader_read: Script,
 }
 
 impl Scripts {
@@ -109,6 +119,12 @@ impl Scripts {
             sem_leave: Script::new(include_str!("sem_leave.lua")),
             sem_set: Script::new(include_str!("sem_set.lua")),
             latch_count_down: Script::new(include_str!("latch_count_down.lua")),
+            fenced_set: fenced::script(fenced::bodies::SET),
+            fenced_incr_by: fenced::script(fenced::bodies::INCR_BY),
+            fenced_hset: fenced::script(fenced::bodies::HSET),
+            fenced_del: fenced::script(fenced::bodies::DEL),
+            leader_record: Script::new(include_str!("leader_record.lua")),
+            leader_read: Script::new(include_str!("leader_read.lua")),
         }
     }
 
@@ -162,6 +178,12 @@ mod tests {
             &s.sem_leave.sha,
             &s.sem_set.sha,
             &s.latch_count_down.sha,
+            &s.fenced_set.sha,
+            &s.fenced_incr_by.sha,
+            &s.fenced_hset.sha,
+            &s.fenced_del.sha,
+            &s.leader_record.sha,
+            &s.leader_read.sha,
         ];
         for sha in shas {
             assert_eq!(sha.len(), 40);
@@ -170,7 +192,7 @@ mod tests {
         let mut sorted: Vec<_> = shas.to_vec();
         sorted.sort();
         sorted.dedup();
-        assert_eq!(sorted.len(), 17);
+        assert_eq!(sorted.len(), 23);
     }
 
     #[test]

@@ -9,15 +9,23 @@ use crate::transport::connection::Conn;
 /// One Lua script: its source and SHA-1, computed once.
 #[derive(Debug)]
 pub(crate) struct Script {
-    source: &'static str,
+    source: std::borrow::Cow<'static, str>,
     pub(super) sha: String,
 }
 
 impl Script {
     pub(super) fn new(source: &'static str) -> Self {
         Script {
-            source,
             sha: redis::Script::new(source).get_hash().to_string(),
+            source: std::borrow::Cow::Borrowed(source),
+        }
+    }
+
+    /// A script whose source is made at run time (a fenced write's).
+    pub(crate) fn owned(source: String) -> Self {
+        Script {
+            sha: redis::Script::new(&source).get_hash().to_string(),
+            source: std::borrow::Cow::Owned(source),
         }
     }
 
@@ -50,7 +58,7 @@ impl Script {
     /// `SCRIPT LOAD` for this script.
     pub(crate) fn load_cmd(&self) -> Cmd {
         let mut cmd = redis::cmd("SCRIPT");
-        cmd.arg("LOAD").arg(self.source);
+        cmd.arg("LOAD").arg(self.source.as_ref());
         cmd
     }
 

@@ -461,6 +461,125 @@ async fn fencing_tokens_strictly_increase_across_holders_and_clients() {
     assert_eq!(stored, last);
 }
 
+#[tokio::test]
+async fn fenced_writes_apply_while_held_and_are_refused_once_the_hold_is_gone() {
+    let e = env(30_000);
+    let mut conn = raw(&e.server).await;
+    let guard = e
+        .client
+        .lock("fence:{a}")
+        .expect("name")
+        .acquire()
+        .await
+        .expect("acquire");
+    let fence = guard.fence();
+    assert_eq!(fence.token(), guard.fencing_token());
+    fence.set("fence:{a}:s", "v1").await.expect("set");
+    assert_eq!(fence.incr_by("fence:{a}:n", 5).await.expect("incr"), 5);
+    fence.hset("fence:{a}:h", "f", "x").await.expect("hset");
+    let body = lock_core::FencedScript::new("return {KEYS[1], ARGV[1], #KEYS, #ARGV}");
+    let echoed: Vec<String> = fence
+        .eval(&body, &["fence:{a}:k"], &["arg"])
+        .await
+        .expect("eval");
+    assert_eq!(echoed, ["fence:{a}:k", "arg", "1", "1"]);
+    assert!(fence.del("fence:{a}:s").await.expect("del"));
+    // The independent view: what Redis holds.
+    let n: i64 = cmd(&mut conn, &["GET", "fence:{a}:n"]).await;
+    assert_eq!(n, 5);
+    let h: String = cmd(&mut conn, &["HGET", "fence:{a}:h", "f"]).await;
+    assert_eq!(h, "x");
+    // The lock goes behind the holder's back (as an expiry would): every
+    // fenced write is refused and nothing is written.
+    let _: i64 = cmd(&mut conn, &["DEL", "fence:{a}"]).await;
+    let err = fence.incr_by("fence:{a}:n", 1).await.expect_err("refused");
+    assert!(
+        matches!(err, Error::FenceRefused { ref name } if name == "fence:{a}"),
+        "{err:?}"
+    );
+    let n: i64 = cmd(&mut conn, &["GET", "fence:{a}:n"]).await;
+    assert_eq!(n, 5, "a refused write changed nothing");
+    // Redis said the hold is gone: the guard knows it too.
+    assert!(!guard.is_held());
+    let err = fence
+        .set("fence:{a}:s", "late")
+        .await
+        .expect_err("refused here");
+    assert!(err.is_fence_refused());
+    let s: Option<String> = cmd(&mut conn, &["GET", "fence:{a}:s"]).await;
+    assert_eq!(s, None);
+}
+
+#[tokio::test]
+async fn an_election_has_one_leader_whose_record_redis_shows_and_terms_grow() {
+    let e = env(30_000);
+    let other = support::client_for(&e.server, 30_000);
+    let mut conn = raw(&e.server).await;
+    let ours = e.client.election("elect:a").expect("name");
+    let theirs = other.election("elect:a").expect("name");
+    assert_eq!(ours.leader().await.expect("read"), None);
+    let mut watch = theirs.observe();
+    assert_eq!(
+        within(Duration::from_secs(5), "first view", watch.changed())
+            .await
+            .expect("view"),
+        None
+    );
+    let first = ours.campaign("node-a").await.expect("campaign");
+    assert!(first.is_leader());
+    assert_eq!(first.value(), "node-a");
+    assert!(theirs.try_campaign("node-b").await.expect("try").is_none());
+    // Redis, read independently: the lock's holder and its record.
+    let record: HashMap<String, String> =
+        cmd(&mut conn, &["HGETALL", "lockcore_leader:{elect:a}"]).await;
+    assert_eq!(record.get("value").map(String::as_str), Some("node-a"));
+    assert_eq!(record.get("term"), Some(&first.term().to_string()));
+    let lock: HashMap<String, String> = cmd(&mut conn, &["HGETALL", "elect:a"]).await;
+    assert!(lock.contains_key(&record["owner"]), "{lock:?} {record:?}");
+    let seen = within(Duration::from_secs(5), "new leader", watch.changed())
+        .await
+        .expect("view");
+    let seen = seen.expect("a leader");
+    assert_eq!(
+        (seen.value(), seen.term()),
+        (Some("node-a"), Some(first.term()))
+    );
+    let term = first.term();
+    first.clone().resign().await.expect("resign");
+    assert!(!first.is_leader());
+    let seen = within(Duration::from_secs(5), "vacancy", watch.changed())
+        .await
+        .expect("view");
+    assert_eq!(seen, None);
+    let second = theirs.campaign("node-b").await.expect("campaign");
+    assert!(second.term() > term);
+    let seen = ours.leader().await.expect("read").expect("leader");
+    assert_eq!(
+        (seen.value(), seen.term()),
+        (Some("node-b"), Some(second.term()))
+    );
+    // A lock gone behind the leader's back: its fenced writes are refused.
+    let _: i64 = cmd(&mut conn, &["DEL", "elect:a"]).await;
+    assert!(second
+        .fence()
+        .set("elect:a:x", "1")
+        .await
+        .expect_err("refused")
+        .is_fence_refused());
+    assert!(!second.is_leader());
+    // run_as_leader: the work runs as leader and its output comes back.
+    let out = ours
+        .run_as_leader("node-a", |l| async move { l.term() })
+        .await
+        .expect("run");
+    assert!(out > second.term());
+    assert_eq!(
+        ours.leader().await.expect("read"),
+        None,
+        "resigned after the work"
+    );
+}
+
 // ------------------------------------------------------- Redis under a holder
 
 #[tokio::test]

@@ -1,0 +1,78 @@
+//! The fenced write: a caller's Lua body behind a check, in the same
+//! script, that a hold is still the lock's holder (`fenced.lua`).
+
+use redis::Cmd;
+
+use super::Script;
+
+/// The error code `fenced.lua` answers with when the hold is gone.
+const REFUSED: &str = "LOCKCORE_FENCED";
+
+/// Where `fenced.lua` takes the caller's body.
+const BODY: &str = "--BODY--";
+
+/// The whole script for a caller's `body`: the check, then the body as a
+/// function of its own `KEYS` and `ARGV`.
+pub(crate) fn script(body: &str) -> Script {
+    let source = include_str!("fenced.lua").replacen(BODY, body, 1);
+    Script::owned(source)
+}
+
+/// The bodies of the fenced writes lock-core offers ready-made.
+pub(crate) mod bodies {
+    /// `SET key value`.
+    pub(crate) const SET: &str = "return redis.call('set', KEYS[1], ARGV[1])";
+    /// `INCRBY key delta`: the value after.
+    pub(crate) const INCR_BY: &str = "return redis.call('incrby', KEYS[1], ARGV[1])";
+    /// `HSET key field value`.
+    pub(crate) const HSET: &str = "return redis.call('hset', KEYS[1], ARGV[1], ARGV[2])";
+    /// `DEL key`: 1 when it was there.
+    pub(crate) const DEL: &str = "return redis.call('del', KEYS[1])";
+}
+
+/// The `EVALSHA` of a fenced write: the lock and the hold's field first,
+/// then the caller's keys and arguments.
+pub(crate) fn call(script: &Script, lock: &str, field: &str, keys: &[&str], args: &[&str]) -> Cmd {
+    let bytes = lock.len()
+        + field.len()
+        + keys.iter().map(|k| k.len()).sum::<usize>()
+        + args.iter().map(|a| a.len()).sum::<usize>();
+    let mut cmd = script.evalsha_prefix(keys.len() + 1, keys.len() + args.len() + 2, bytes);
+    cmd.arg(lock);
+    for key in keys {
+        cmd.arg(*key);
+    }
+    cmd.arg(field);
+    for arg in args {
+        cmd.arg(*arg);
+    }
+    cmd
+}
+
+/// Whether `err` is `fenced.lua`'s refusal (the hold is gone).
+pub(crate) fn is_refusal(err: &redis::RedisError) -> bool {
+    err.code() == Some(REFUSED)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_lock_and_field_come_first() {
+        let script = script("return 7");
+        let cmd = call(&script, "lock", "owner:1", &["k"], &["a", "b"]);
+        let args = super::super::test_support::args(&cmd);
+        assert_eq!(args[0], "EVALSHA");
+        assert_eq!(&args[2..], ["2", "lock", "k", "owner:1", "a", "b"]);
+    }
+
+    #[test]
+    fn the_body_goes_inside_the_check() {
+        let source = include_str!("fenced.lua").replacen(BODY, "return 7", 1);
+        let check = source.find("hexists").expect("check");
+        let body = source.find("return 7").expect("body");
+        assert!(check < body);
+        assert!(!source.contains(BODY));
+    }
+}
