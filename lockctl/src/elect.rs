@@ -85,7 +85,8 @@ pub(crate) async fn leader(client: &LockClient, args: LeaderArgs) -> Result<u8, 
         Some(leader) => json!({
             "value": leader.value(),
             "term": leader.term(),
-            "ttl_ms": ttl_json(leader.expires_in()),
+            // `-1`: the lock has no TTL (as `status` shows it)
+            "ttl_ms": ttl_json(Some(leader.expires_in().unwrap_or(Duration::MAX))),
         }),
     };
     line.insert("leader".into(), leader);
