@@ -42,7 +42,7 @@ pub(crate) struct Cli {
     )]
     pub(crate) prefix: String,
 
-    /// Watchdog timeout: the lease of locks and permits held without --lease; renewed every third of it
+    /// Watchdog timeout: the lease of locks and permits held without --lease (and of leaderships); renewed every third of it
     #[arg(long, global = true, default_value = "30s", value_name = "DUR", value_parser = parse_duration)]
     pub(crate) watchdog: Duration,
 
