@@ -433,7 +433,7 @@ mod tests {
         );
         for part in [
             "# [doc = r\" Relays.\"]",
-            "pub async fn relay (region : & str , host : String , id : u32 , unused : Conn) -> Result < u32 , JobError >",
+            "pub async fn relay (region : & str , host : String , id : u32 , unused : Conn ,) -> Result < u32 , JobError >",
             "let __leader_election = :: lock_core :: __private :: default_election (& :: lock_core :: __private :: format ! (\"relay:{}\" , region)) ;",
             "let __leader_value = :: lock_core :: __private :: leader_value (& :: lock_core :: __private :: format ! (\"{}:{}\" , host , id)) ;",
             "let __leader_body = move || { let host = :: core :: clone :: Clone :: clone (& host) ; let id = :: core :: clone :: Clone :: clone (& id) ; async move {",
