@@ -544,6 +544,7 @@ mod hold;
 mod inspect;
 mod latch;
 mod lock;
+mod macro_leader;
 mod macro_permits;
 #[cfg(feature = "memory")]
 mod memory;
@@ -587,6 +588,9 @@ pub use tokio_util::sync::CancellationToken;
 /// Takes a distributed lock around an `async fn` (feature `macros`).
 #[cfg(feature = "macros")]
 pub use lock_macros::distributed_lock;
+/// Runs an `async fn`'s body only while this process leads an election (feature `macros`).
+#[cfg(feature = "macros")]
+pub use lock_macros::leader_only;
 
 /// Support for the code `#[distributed_lock]` generates; not a public API.
 #[doc(hidden)]
