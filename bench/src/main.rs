@@ -25,7 +25,7 @@
 //! `server_cpu_us_per_cycle`: the server's (`INFO cpu`) over the same window.
 //!
 //! ```text
-//! lock-bench [--url URL] [--workloads REF,W1,S1,W2,R1,M1,W3,W3NP,WD,LAYER] [--duration 5] [--warmup 1]
+//! lock-bench [--url URL] [--workloads REF,W1,S1,F1,W2,R1,M1,W3,W3NP,WD,LAYER] [--duration 5] [--warmup 1]
 //!            [--tasks 16] [--processes 4] [--wd-counts 10000,100000] [--wd-periods 3] [--ref-conns 1]
 //!            [--redis-cpu 0] [--bench-cpu 1] [--smoke]
 //! ```
@@ -48,7 +48,7 @@ use tokio::runtime::Runtime;
 use crate::args::{ChildOptions, Command, Options, Workload, USAGE};
 use crate::load::{load_average, Usage};
 use crate::report::Measurement;
-use crate::workloads::{layer, refs, rw, sem, w1, w2, w3, wd, Ctx};
+use crate::workloads::{fenced, layer, refs, rw, sem, w1, w2, w3, wd, Ctx};
 
 /// Errors of the benchmark: reported on stderr, never unwrapped.
 pub(crate) type BenchResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
@@ -313,6 +313,10 @@ fn run_workloads(
                 .into_iter()
                 .map(|kind| (kind.lib(), "S1".into(), rt.block_on(sem::run(ctx, kind))))
                 .collect(),
+            Workload::F1 => vec![
+                (fenced::RAW, "F1".into(), rt.block_on(fenced::raw(ctx))),
+                (fenced::FENCED, "F1".into(), rt.block_on(fenced::run(ctx))),
+            ],
             Workload::W2 => vec![("lock-core", "W2".into(), rt.block_on(w2::run(ctx)))],
             Workload::R1 => vec![("lock-core", "R1".into(), rt.block_on(rw::r1(ctx)))],
             Workload::M1 => match rt.block_on(rw::m1(ctx)) {

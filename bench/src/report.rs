@@ -176,6 +176,7 @@ pub(crate) fn summary(all: &[Measurement], setup: &str) -> String {
     let l_serial = find(all, "L-serial", "W2").and_then(|m| m.cycles_per_s);
     w1_summary(all, &mut line);
     s1_summary(all, &mut line);
+    f1_summary(all, &mut line);
 
     // (workload, target of the ratio to L-serial and of Jain's index): W3NP
     // has one target, "no process starved".
@@ -393,6 +394,35 @@ fn s1_summary(all: &[Measurement], line: &mut impl FnMut(String)) {
             cpu(m.p99_us)
         ));
     }
+}
+
+/// The F1 line: fenced writes/s against the plain writes of the same run
+/// (no target), and their CPU per write.
+fn f1_summary(all: &[Measurement], line: &mut impl FnMut(String)) {
+    let Some(m) = find(all, "lock-core-fenced", "F1") else {
+        return;
+    };
+    let Some(writes) = m.cycles_per_s else {
+        line(format!("F1  lock-core-fenced: no figures ({})", m.notes));
+        return;
+    };
+    let raw = find(all, "raw-INCRBY", "F1")
+        .and_then(|r| r.cycles_per_s)
+        .filter(|r| *r > 0.0);
+    let vs_raw = raw.map_or("(no raw-INCRBY figures)".into(), |r| {
+        format!("ratio {:.3} to raw-INCRBY ({r:.0})", writes / r)
+    });
+    let us = |v: Option<f64>| v.map_or("-".into(), |us| format!("{us:.2} us"));
+    line(format!(
+        "F1  lock-core-fenced {writes:>9.0} writes/s, fenced INCRBY under a held lock  {vs_raw}  (no target)"
+    ));
+    line(format!(
+        "      per write: client CPU {}, server CPU {}; latency p50 {}, p99 {}",
+        us(m.client_cpu_us_per_cycle),
+        us(m.server_cpu_us_per_cycle),
+        us(m.p50_us),
+        us(m.p99_us)
+    ));
 }
 
 /// The W1 lines: W1 against both L-min references, the ratio to the faster

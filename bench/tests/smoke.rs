@@ -123,12 +123,13 @@ fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
         let cpu_line = (v["workload"] == "W1"
             && CPU_LINES.iter().any(|lib| v["lib"].as_str() == Some(lib)))
             || (v["workload"] == "R1" && v["lib"] == "lock-core")
-            || v["workload"] == "S1";
+            || v["workload"] == "S1"
+            || v["workload"] == "F1";
         if !cpu_line {
             for f in ["client_cpu_us_per_cycle", "server_cpu_us_per_cycle"] {
                 assert!(
                     obj[f].is_null(),
-                    "{f} only on W1, S1, R1 and the L-min references: {v}"
+                    "{f} only on W1, S1, F1, R1 and the L-min references: {v}"
                 );
             }
         }
@@ -149,6 +150,19 @@ fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
         }
     }
     assert_eq!(find("L-serial", "W2")["counter_ok"], true);
+
+    // Fenced writes beside plain ones (each loop checks its counters).
+    for lib in ["lock-core-fenced", "raw-INCRBY"] {
+        let v = find(lib, "F1");
+        assert!(v["cycles_per_s"].as_f64().is_some_and(|r| r > 0.0), "{v}");
+        for f in ["client_cpu_us_per_cycle", "server_cpu_us_per_cycle"] {
+            assert!(v[f].as_f64().is_some_and(|c| c > 0.0), "{f}: {v}");
+        }
+    }
+    assert!(
+        err.contains("F1  lock-core-fenced") && err.contains("to raw-INCRBY"),
+        "the summary must set F1 against raw-INCRBY:\n{err}"
+    );
 
     for workload in ["W2", "W3", "W3NP"] {
         let v = find("lock-core", workload);

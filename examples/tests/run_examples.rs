@@ -58,6 +58,17 @@ fn axum_accounts_serializes_one_account_across_two_processes() {
 }
 
 #[test]
+fn axum_leader_runs_its_job_on_one_server_at_a_time_across_a_crash_and_a_shutdown() {
+    // The example checks the job's log itself (exits non-zero on two
+    // leaders at once); here: every step happened.
+    let out = run(env!("CARGO_BIN_EXE_axum_leader"), &[]);
+    assert!(out.contains("GET /leader on each server"), "{out}");
+    assert!(out.contains("killed the leader"), "{out}");
+    assert!(out.contains("stopped the leader"), "{out}");
+    assert!(out.contains("never two leaders at once"), "{out}");
+}
+
+#[test]
 fn tonic_accounts_serializes_by_metadata_key() {
     let out = run(env!("CARGO_BIN_EXE_tonic_accounts"), &[]);
     assert!(out.contains("10 accepted, final balance 0"), "{out}");

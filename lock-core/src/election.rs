@@ -17,6 +17,7 @@ use crate::held::HeldLock;
 use crate::hold::ids;
 use crate::hold::permits::RECHECK;
 use crate::lock::Lock;
+use crate::options::{AcquireOptions, Wait};
 use crate::protocol::election::{parse_record, read_cmd, ElectionKeys, LeaderReply, RecordCall};
 use crate::transport::pubsub::Subscription;
 
@@ -66,8 +67,10 @@ impl LockClient {
 /// cannot know it stopped leading; its [fenced writes](Leadership::fence)
 /// are then refused by Redis.
 ///
-/// Campaigning inside a lock context that already holds the lock `name`
-/// re-enters that hold, as any acquisition there does.
+/// A campaign never re-enters a hold: each leadership is a fresh hold of
+/// its own, also inside a lock context or a `#[distributed_lock]` section
+/// that holds the lock `name` (there, a campaign waits for that hold like
+/// any other campaigner).
 #[derive(Clone)]
 pub struct Election {
     lock: Lock,
@@ -106,7 +109,7 @@ impl Election {
     /// ```
     pub async fn campaign(&self, value: impl Into<String>) -> Result<Leadership> {
         let value = value.into();
-        let guard = self.lock.acquire().await?;
+        let guard = self.acquire(AcquireOptions::new()).await?;
         self.lead(guard, value).await
     }
 
@@ -129,7 +132,7 @@ impl Election {
         wait: Duration,
     ) -> Result<Leadership> {
         let value = value.into();
-        let guard = self.lock.acquire_timeout(wait).await?;
+        let guard = self.acquire(AcquireOptions::new().wait(wait)).await?;
         self.lead(guard, value).await
     }
 
@@ -145,7 +148,11 @@ impl Election {
     /// ```
     pub async fn try_campaign(&self, value: impl Into<String>) -> Result<Option<Leadership>> {
         let value = value.into();
-        match self.lock.try_acquire().await? {
+        match self
+            .lock
+            .acquire_unshared(AcquireOptions::new().no_wait())
+            .await?
+        {
             Some(guard) => self.lead(guard, value).await.map(Some),
             None => Ok(None),
         }
@@ -290,6 +297,21 @@ impl Election {
                 backoff = BACKOFF_MIN;
             }
             backoff = pause(backoff).await;
+        }
+    }
+
+    /// A fresh hold of the lock, never a re-entry of one the current lock
+    /// context or section holds: each leadership is a hold of its own.
+    async fn acquire(&self, options: AcquireOptions) -> Result<LockGuard> {
+        match self.lock.acquire_unshared(options).await? {
+            Some(guard) => Ok(guard),
+            None => Err(Error::WaitTimeout {
+                name: self.name().to_owned(),
+                waited: match options.wait {
+                    Wait::Bounded(w) => w,
+                    _ => Duration::ZERO,
+                },
+            }),
         }
     }
 

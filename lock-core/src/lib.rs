@@ -231,6 +231,29 @@
 //! | `availablePermits()` / `addPermits(d)`     | `available().await` / `add_permits(d).await` |
 //! | `getCountDownLatch(n).await(t, unit)`      | `client.latch(n)?.wait_timeout(t).await`   |
 //!
+//! # Leader election and fenced writes
+//!
+//! [`LockClient::election`] elects on a lock name: the leader holds the
+//! lock (so a Redisson `RLock` holder of the name excludes it), its term is
+//! the hold's fencing token, and its [`Leadership`] ends at the hold's
+//! validity deadline. [`Election::run_as_leader`] is the service loop in
+//! one call. [`Fence`] (from a guard, a [`HeldLock`] or a [`Leadership`])
+//! writes to Redis only while the hold is still the lock's holder there,
+//! checked in the same script as the write ([`Error::FenceRefused`]
+//! otherwise).
+//!
+//! ```no_run
+//! # async fn demo(client: lock_core::LockClient) -> lock_core::Result<()> {
+//! let election = client.election("nightly-report")?;
+//! election
+//!     .run_as_leader("pod-3", |leadership| async move {
+//!         // refused by Redis once this replica no longer leads
+//!         leadership.fence().set("report:{nightly-report}:state", "running").await
+//!     })
+//!     .await??;
+//! # Ok(()) }
+//! ```
+//!
 //! # Ownership and re-entry in async code
 //!
 //! Every fresh acquisition creates a *hold* with an owner id of its own,
@@ -521,6 +544,7 @@ mod hold;
 mod inspect;
 mod latch;
 mod lock;
+mod macro_leader;
 mod macro_permits;
 #[cfg(feature = "memory")]
 mod memory;
@@ -564,6 +588,9 @@ pub use tokio_util::sync::CancellationToken;
 /// Takes a distributed lock around an `async fn` (feature `macros`).
 #[cfg(feature = "macros")]
 pub use lock_macros::distributed_lock;
+/// Runs an `async fn`'s body only while this process leads an election (feature `macros`).
+#[cfg(feature = "macros")]
+pub use lock_macros::leader_only;
 
 /// Support for the code `#[distributed_lock]` generates; not a public API.
 #[doc(hidden)]

@@ -9,6 +9,7 @@ use tracing::Instrument;
 use crate::client::LockClient;
 use crate::error::{Error, Result};
 use crate::guard::LockGuard;
+use crate::hold::acquire::Reentrancy;
 use crate::hold::lease_ms;
 use crate::hold::release::Released;
 use crate::hold::run_to_end::RunToEnd;
@@ -195,6 +196,19 @@ impl Lock {
     }
 
     /// Every acquire method's way into the engine.
+    /// A fresh hold, whatever the current lock context or section holds:
+    /// never a re-entry (an election's campaign: two leaderships must never
+    /// share one hold). `None` when the wait bound passed.
+    pub(crate) async fn acquire_unshared(
+        &self,
+        options: AcquireOptions,
+    ) -> Result<Option<LockGuard>> {
+        let reentrancy = Reentrancy::default();
+        let target = self.scoped_target(&reentrancy, options.section)?;
+        let count = target.acquire(options, reentrancy).await?;
+        Ok(count.map(LockGuard::new))
+    }
+
     async fn acquire_inner(&self, options: AcquireOptions) -> Result<Option<LockGuard>> {
         let reentrancy = self.reentrancy();
         let target = self.scoped_target(&reentrancy, options.section)?;

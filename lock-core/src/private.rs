@@ -24,6 +24,9 @@ use crate::error::{Error, Result};
 use crate::guard::LockGuard;
 use crate::lock::Lock;
 
+pub use crate::macro_leader::{
+    client_election, default_election, default_leader_value, leader_only, leader_value,
+};
 pub use crate::macro_permits::{
     client_permits, default_permits, permitted, permitted_cancel_on_lost, permitted_or_skip,
     permitted_or_skip_result, PermitHandle,

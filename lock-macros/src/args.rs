@@ -138,13 +138,7 @@ impl Parse for Args {
                     set_once(&mut partial.cancel_on_lost, name.clone(), &name)?;
                 }
                 "crate" => {
-                    let lit = value::<LitStr>(input)?;
-                    let path = lit.parse_with(Path::parse_mod_style).map_err(|_| {
-                        syn::Error::new_spanned(
-                            &lit,
-                            "`crate` must be a path to lock-core, like \"::my_app::lock_core\"",
-                        )
-                    })?;
+                    let path = crate_path(&value::<LitStr>(input)?)?;
                     set_once(&mut partial.krate, path, &name)?;
                 }
                 _ => {
@@ -206,14 +200,24 @@ fn flag(input: ParseStream<'_>, name: &Ident) -> syn::Result<()> {
     Ok(())
 }
 
+/// Parses the value of `crate`: a path to lock-core.
+pub(crate) fn crate_path(lit: &LitStr) -> syn::Result<Path> {
+    lit.parse_with(Path::parse_mod_style).map_err(|_| {
+        syn::Error::new_spanned(
+            lit,
+            "`crate` must be a path to lock-core, like \"::my_app::lock_core\"",
+        )
+    })
+}
+
 /// Parses `= <value>` after an option's name.
-fn value<T: Parse>(input: ParseStream<'_>) -> syn::Result<T> {
+pub(crate) fn value<T: Parse>(input: ParseStream<'_>) -> syn::Result<T> {
     input.parse::<Token![=]>()?;
     input.parse()
 }
 
 /// Stores an option's value; a second occurrence is an error on its name.
-fn set_once<T>(slot: &mut Option<T>, value: T, name: &Ident) -> syn::Result<()> {
+pub(crate) fn set_once<T>(slot: &mut Option<T>, value: T, name: &Ident) -> syn::Result<()> {
     if slot.is_some() {
         return Err(syn::Error::new_spanned(
             name,

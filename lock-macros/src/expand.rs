@@ -23,7 +23,9 @@ use crate::template::{KeyTemplate, Segment};
 pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     let func = match syn::parse2::<ItemFn>(item.clone()) {
         Ok(func) => func,
-        Err(err) => return with_item(not_a_fn(err, item.clone()), item),
+        Err(err) => {
+            return with_item(not_a_fn(err, item.clone(), "distributed_lock"), item);
+        }
     };
     match expand(args, &func) {
         Ok(tokens) => tokens,
@@ -31,22 +33,25 @@ pub(crate) fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStr
     }
 }
 
-fn with_item(err: syn::Error, item: TokenStream) -> TokenStream {
+pub(crate) fn with_item(err: syn::Error, item: TokenStream) -> TokenStream {
     let err = err.to_compile_error();
     quote!(#err #item)
 }
 
-/// The error for an item that is not a fn with a body.
-fn not_a_fn(err: syn::Error, item: TokenStream) -> syn::Error {
+/// The error for an item that is not a fn with a body, for the attribute
+/// `attribute` (`distributed_lock`, `leader_only`).
+pub(crate) fn not_a_fn(err: syn::Error, item: TokenStream, attribute: &str) -> syn::Error {
     match syn::parse2::<TraitItemFn>(item) {
         Ok(decl) if decl.default.is_none() => syn::Error::new_spanned(
             &decl.sig.ident,
-            "#[distributed_lock] needs a fn body: put it on the method in the impl block, \
-             not on the trait's declaration",
+            format!(
+                "#[{attribute}] needs a fn body: put it on the method in the impl block, \
+                 not on the trait's declaration"
+            ),
         ),
         _ => syn::Error::new(
             err.span(),
-            format!("#[distributed_lock] goes on an `async fn`: {err}"),
+            format!("#[{attribute}] goes on an `async fn`: {err}"),
         ),
     }
 }
@@ -58,7 +63,7 @@ fn expand(args: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
         Ok(args) => args,
         Err(mut err) => {
             // The return type cannot be judged without `skip_if_locked`.
-            if let Err(not_async) = signature::check_async(&func.sig) {
+            if let Err(not_async) = signature::check_async(&func.sig, "distributed_lock") {
                 err.combine(not_async);
             }
             return Err(err);
@@ -70,7 +75,7 @@ fn expand(args: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
     };
     let mode = signature::mode(&func.sig, flags);
     let names = signature::argument_names(&func.sig);
-    let key = key_expr(&args, &names, &func.sig.ident);
+    let key = template_expr(&args.key, &private_path(&args), &names, &func.sig.ident);
     match (mode, key) {
         (Ok(mode), Ok(key)) => Ok(build(func, &args, mode, key)),
         (Err(mut err), Err(key_err)) => {
@@ -81,11 +86,16 @@ fn expand(args: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
     }
 }
 
-/// The expression that builds the key: a string literal when the template
-/// has no placeholders, else a `format!` of the arguments (`Display`),
-/// spanned at the template so that type errors point at it.
-fn key_expr(args: &Args, names: &[String], fn_name: &Ident) -> syn::Result<TokenStream> {
-    let template: &KeyTemplate = &args.key;
+/// The expression that builds the key (or `#[leader_only]`'s election
+/// name or value), a `&str`: a string literal when the template has no
+/// placeholders, else a `&format!` of the arguments (`Display`), spanned at
+/// the template so that type errors point at it.
+pub(crate) fn template_expr(
+    template: &KeyTemplate,
+    private: &TokenStream,
+    names: &[String],
+    fn_name: &Ident,
+) -> syn::Result<TokenStream> {
     let lit = &template.lit;
     let span = lit.span();
     let mut values = Vec::new();
@@ -106,12 +116,14 @@ fn key_expr(args: &Args, names: &[String], fn_name: &Ident) -> syn::Result<Token
             };
             return Err(syn::Error::new_spanned(
                 lit,
-                format!("unknown name `{first}` in the key template: {known}"),
+                format!(
+                    "unknown name `{first}` in the {} template: {known}",
+                    template.kind.word()
+                ),
             ));
         }
         values.push(field_access(path, span));
     }
-    let private = private_path(args);
     if values.is_empty() {
         let text: String = template
             .segments
@@ -148,7 +160,11 @@ fn field_access(path: &[String], span: Span) -> TokenStream {
 }
 
 fn private_path(args: &Args) -> TokenStream {
-    let krate = &args.krate;
+    private_of(&args.krate)
+}
+
+/// `krate::__private`: where the generated code's support functions are.
+pub(crate) fn private_of(krate: &syn::Path) -> TokenStream {
     quote!(#krate::__private)
 }
 
@@ -299,7 +315,7 @@ fn permit_handle(
 }
 
 /// Gives every token of `tokens` the span `span`.
-fn respan(tokens: TokenStream, span: Span) -> TokenStream {
+pub(crate) fn respan(tokens: TokenStream, span: Span) -> TokenStream {
     tokens
         .into_iter()
         .map(|mut tree| {
@@ -316,7 +332,7 @@ fn respan(tokens: TokenStream, span: Span) -> TokenStream {
 }
 
 /// Replaces `impl Trait` with `_`: a `let` cannot name an opaque type.
-struct InferImplTrait;
+pub(crate) struct InferImplTrait;
 
 impl VisitMut for InferImplTrait {
     fn visit_type_mut(&mut self, ty: &mut Type) {

@@ -30,10 +30,15 @@
 //! Every option, the return types it supports, what
 //! a caller should do with `Err(Lost)` and what the generated code does are
 //! described on [`distributed_lock`].
+//!
+//! Its sibling `#[leader_only(election = "...")]` runs the body only while
+//! this process leads the election (lock-core's `Election`), and again after
+//! a lost leadership; see [`leader_only`].
 #![deny(missing_docs)]
 
 mod args;
 mod expand;
+mod leader;
 mod signature;
 mod template;
 
@@ -588,4 +593,156 @@ use proc_macro::TokenStream;
 #[proc_macro_attribute]
 pub fn distributed_lock(args: TokenStream, item: TokenStream) -> TokenStream {
     expand::distributed_lock(args.into(), item.into()).into()
+}
+
+/// Runs an `async fn`'s body only while this process leads an election.
+///
+/// A call campaigns in the election (lock-core's `Election`, on the lock
+/// named by `election`; it waits while another process leads), runs the
+/// body as leader, and returns the body's output after resigning, so the
+/// next campaigner takes over at once. When the leadership is lost while
+/// the body runs (the lock expired or was deleted, renewals failed for the
+/// watchdog timeout), the body is dropped at its current await point and
+/// the call campaigns again; the body then runs again **from the start**,
+/// with fresh clones of the arguments it uses. This is
+/// `Election::run_as_leader` with the fn's body as the work: the service
+/// loop of "only one replica runs this" in one attribute.
+///
+/// ```no_run
+/// use lock_core::leader_only;
+///
+/// #[derive(Debug)]
+/// pub enum RelayError {
+///     Lock(lock_core::Error),
+///     Broker(String),
+/// }
+///
+/// impl From<lock_core::Error> for RelayError {
+///     fn from(err: lock_core::Error) -> Self {
+///         RelayError::Lock(err)
+///     }
+/// }
+///
+/// # async fn relay_batch(_: &str) -> Result<bool, RelayError> { Ok(false) }
+/// // Exactly one replica relays the outbox of a region at a time; the
+/// // others wait in the campaign and take over when it stops or fails.
+/// #[leader_only(election = "outbox-relay:{region}")]
+/// async fn relay_outbox(region: String) -> Result<(), RelayError> {
+///     while relay_batch(&region).await? {}
+///     Ok(())
+/// }
+///
+/// #[tokio::main]
+/// async fn main() -> lock_core::Result<()> {
+///     let client = lock_core::LockClient::connect("redis://127.0.0.1:6379").await?;
+///     lock_core::install_default(client)?;
+///     if let Err(e) = relay_outbox("eu".to_owned()).await {
+///         eprintln!("relay stopped: {e:?}");
+///     }
+///     Ok(())
+/// }
+/// ```
+///
+/// # Options
+///
+/// | option | default | meaning |
+/// |---|---|---|
+/// | `election = "relay:{region}"` | required | the election's name (the lock's name), a template of the arguments as `key` is for `#[distributed_lock]` |
+/// | `value = "{host}"` | `"<hostname>:<pid>"` | what `Election::leader()` (and `lockctl leader NAME`) shows of this leader; a template too |
+/// | `client = expr` | the default client | the `LockClient` to use, as for `#[distributed_lock]` |
+/// | `crate = "path"` | `::lock_core` | where lock-core is, for crates that re-export it |
+///
+/// Templates take `{name}`, `{name.field}`, `{self.field}` and `{{`/`}}`
+/// as `key` does, and are built from the arguments once per call, before
+/// the first campaign. `client` is any expression whose value is
+/// `Borrow<LockClient>` (a `LockClient`, `&LockClient`, `Arc<LockClient>`);
+/// without it the process-wide default client is used
+/// (`lock_core::install_default`), and a call without one returns
+/// `Err(E::from(Error::NoDefaultClient))`. The options of
+/// `#[distributed_lock]` that take a lock differently (`mode`, `permits`,
+/// `wait`, `lease`, `skip_if_locked`, `cancel_on_lost`) are compile errors
+/// here: the leadership is renewed by the client's watchdog while the body
+/// runs, and the body is always cancelled on loss.
+///
+/// ```no_run
+/// # use lock_core::{leader_only, LockClient};
+/// # use std::sync::Arc;
+/// pub struct Scheduler {
+///     locks: Arc<LockClient>,
+///     shard: u32,
+/// }
+///
+/// impl Scheduler {
+///     #[leader_only(election = "scheduler:{self.shard}", value = "shard-{self.shard}", client = self.locks.clone())]
+///     pub async fn run(&self) -> lock_core::Result<()> {
+///         // ... fire due jobs until shut down ...
+///         Ok(())
+///     }
+/// }
+/// ```
+///
+/// # Return type and arguments
+///
+/// The fn returns `Result<T, E>` with `E: From<lock_core::Error>` (a type
+/// whose last path segment ends in `Result` is recognised, as for
+/// `#[distributed_lock]`). A campaign that cannot succeed (no default
+/// client, an invalid election name) comes back as `Err(E::from(err))`;
+/// transient Redis failures while campaigning are retried with back-off.
+/// The body's own `Err` ends the call like its `Ok` does (after resigning):
+/// it is not retried.
+///
+/// Because a run can be dropped and the body started again, each run gets
+/// its own clone of every argument the body names (`Clone` is required of
+/// those only; an argument used in a template alone is not cloned). `&self`
+/// and shared references are copied. An argument the body uses that cannot
+/// be handed to a second run — `&mut self`, `self` by value, a `&mut T`
+/// argument — is a compile error on its use in the body: take `&self`, a
+/// shared reference, or an owned `Clone` value (an `Arc<Mutex<..>>`).
+///
+/// # Inside the body: `Leadership::current()`
+///
+/// `lock_core::Leadership::current()` returns the leadership the run is
+/// under, with no call to Redis: `term()` (the hold's fencing token,
+/// strictly increasing across leaders), `is_leader()` /
+/// `ensure_leader()`, `lost()`, `cancellation_token()` for tasks the body
+/// spawns (a spawned task sees `None`: pass the leadership in), and
+/// `fence()` for writes Redis applies only while this leadership lasts.
+/// `HeldLock::current()` is `None` in the body (it runs in no locked
+/// section); `Leadership::current().map(|l| l.held_lock())` is the hold.
+///
+/// ```no_run
+/// use lock_core::{leader_only, Leadership};
+///
+/// #[leader_only(election = "ledger-compactor")]
+/// async fn compact() -> lock_core::Result<u64> {
+///     let leader = Leadership::current().expect("the body runs as leader");
+///     // Applied by Redis only while this leadership holds: a leader that
+///     // paused past its lease cannot write after its successor.
+///     leader.fence().set("ledger:{ledger-compactor}:compacted-by", &leader.term().to_string()).await?;
+///     Ok(leader.term())
+/// }
+/// ```
+///
+/// As with `cancel_on_lost`, a run may be stopped at **any** await point:
+/// give each step effects that are atomic or fenced, and expect the next
+/// run (here or on another replica) to repeat a step.
+///
+/// # What it generates
+///
+/// ```text
+/// let __leader_election = __private::default_election(&format!("outbox-relay:{}", region)); // or client_election(&(client), ..)
+/// let __leader_value = __private::default_leader_value();                                  // or leader_value(&format!(..))
+/// let __leader_body = move || {
+///     let region = Clone::clone(&region);   // each argument the body names
+///     async move { /* the original body's statements */ }
+/// };
+/// __private::leader_only(__leader_election, __leader_value, __leader_body).await
+/// ```
+///
+/// where `leader_only` is `Election::run_as_leader(value, |leadership| body())`
+/// with each run scoped so that `Leadership::current()` sees its
+/// leadership, and a campaign error converted with `E::from`.
+#[proc_macro_attribute]
+pub fn leader_only(args: TokenStream, item: TokenStream) -> TokenStream {
+    leader::leader_only(args.into(), item.into()).into()
 }

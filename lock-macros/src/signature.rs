@@ -42,13 +42,14 @@ const FAIL_HELP: &str = "return `Result<T, E>` where `E: From<lock_core::Error>`
     (lock failures then come back as `Err`)";
 const SKIP_TYPES: &str = "`()`, `Option<T>`, `Result<(), E>` or `Result<Option<T>, E>`";
 
-/// The error for a fn that is not `async`.
-pub(crate) fn check_async(sig: &Signature) -> syn::Result<()> {
+/// The error for a fn that is not `async`, for the attribute `attribute`
+/// (`distributed_lock`, `leader_only`).
+pub(crate) fn check_async(sig: &Signature, attribute: &str) -> syn::Result<()> {
     if sig.asyncness.is_none() {
         return Err(syn::Error::new_spanned(
             sig.fn_token,
             format!(
-                "#[distributed_lock] works on `async fn` only: make `{}` async",
+                "#[{attribute}] works on `async fn` only: make `{}` async",
                 sig.ident
             ),
         ));
@@ -67,7 +68,7 @@ pub(crate) struct Flags<'a> {
 /// `skip_if_locked` / `cancel_on_lost` call for; a combination that cannot
 /// work is an error that says what would.
 pub(crate) fn mode(sig: &Signature, flags: Flags<'_>) -> syn::Result<Mode> {
-    check_async(sig)?;
+    check_async(sig, "distributed_lock")?;
     let (shape, span) = match &sig.output {
         ReturnType::Default => (Shape::Unit, sig.ident.span()),
         ReturnType::Type(_, ty) => (shape_of(ty), ty.span()),
@@ -132,6 +133,83 @@ pub(crate) fn mode(sig: &Signature, flags: Flags<'_>) -> syn::Result<Mode> {
                 ),
             ))
         }
+    }
+}
+
+/// Whether the fn returns a `Result` (by the last path segment of its
+/// return type, as for `#[distributed_lock]`).
+pub(crate) fn returns_result(sig: &Signature) -> bool {
+    match &sig.output {
+        ReturnType::Default => false,
+        ReturnType::Type(_, ty) => matches!(shape_of(ty), Shape::Result(_)),
+    }
+}
+
+/// How an argument's binding is taken: `#[leader_only]` gives each run of
+/// the body a clone of the bindings it uses.
+#[derive(Debug, Clone)]
+pub(crate) struct Binding {
+    /// The name (`self` for the receiver).
+    pub(crate) ident: Ident,
+    /// `mut name`: the clone is bound `mut` too.
+    pub(crate) mutable: bool,
+    /// What cannot be given to a second run: a receiver taken by value or
+    /// by `&mut`, an argument typed `&mut T`. `None` for what can be
+    /// cloned (a binding of a destructured argument counts as clonable:
+    /// its type is not spelled out).
+    pub(crate) not_clonable: Option<&'static str>,
+}
+
+/// Every binding of the fn's arguments, with `self` first for methods.
+pub(crate) fn bindings_of(sig: &Signature) -> Vec<Binding> {
+    let mut out = Vec::new();
+    for input in &sig.inputs {
+        match input {
+            FnArg::Receiver(receiver) => {
+                let not_clonable = match &*receiver.ty {
+                    Type::Reference(r) if r.mutability.is_none() => None,
+                    Type::Reference(_) => Some("`&mut self`"),
+                    _ => Some("`self` by value"),
+                };
+                out.push(Binding {
+                    ident: Ident::new("self", receiver.self_token.span),
+                    mutable: false,
+                    not_clonable,
+                });
+            }
+            FnArg::Typed(typed) => {
+                let mut names = Vec::new();
+                binding_idents(&typed.pat, &mut names);
+                let mut_ref = matches!(&*typed.ty, Type::Reference(r) if r.mutability.is_some());
+                for (ident, mutable) in names {
+                    out.push(Binding {
+                        ident,
+                        mutable,
+                        not_clonable: mut_ref.then_some("a `&mut` reference"),
+                    });
+                }
+            }
+        }
+    }
+    out
+}
+
+fn binding_idents(pat: &Pat, out: &mut Vec<(Ident, bool)>) {
+    match pat {
+        Pat::Ident(p) => {
+            out.push((p.ident.clone(), p.mutability.is_some()));
+            if let Some((_, sub)) = &p.subpat {
+                binding_idents(sub, out);
+            }
+        }
+        Pat::Tuple(p) => p.elems.iter().for_each(|p| binding_idents(p, out)),
+        Pat::TupleStruct(p) => p.elems.iter().for_each(|p| binding_idents(p, out)),
+        Pat::Struct(p) => p.fields.iter().for_each(|f| binding_idents(&f.pat, out)),
+        Pat::Slice(p) => p.elems.iter().for_each(|p| binding_idents(p, out)),
+        Pat::Reference(p) => binding_idents(&p.pat, out),
+        Pat::Paren(p) => binding_idents(&p.pat, out),
+        Pat::Type(p) => binding_idents(&p.pat, out),
+        _ => {}
     }
 }
 

@@ -1,5 +1,6 @@
 //! The key template: `"stock:{sku}"`, `"order:{order.id}:{user.id}"`,
-//! `{{`/`}}` for literal braces.
+//! `{{`/`}}` for literal braces. `#[leader_only]`'s `election` and `value`
+//! are templates of the same form.
 
 use syn::LitStr;
 
@@ -12,21 +13,58 @@ pub(crate) enum Segment {
     Field(Vec<String>),
 }
 
-/// A parsed `key = "..."` template.
+/// Which option a template is, for its error messages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum TemplateKind {
+    /// `#[distributed_lock(key = "...")]`: "the key template".
+    Key,
+    /// `#[leader_only(election = "...")]`: "the election template".
+    Election,
+    /// `#[leader_only(value = "...")]`: "the value template".
+    Value,
+}
+
+impl TemplateKind {
+    /// The option's word in "the ... template": `key`, `election`, `value`.
+    pub(crate) fn word(self) -> &'static str {
+        match self {
+            TemplateKind::Key => "key",
+            TemplateKind::Election => "election",
+            TemplateKind::Value => "value",
+        }
+    }
+
+    fn empty(self) -> &'static str {
+        match self {
+            TemplateKind::Key => "the lock key must not be empty",
+            TemplateKind::Election => "the election name must not be empty",
+            TemplateKind::Value => "the leader value must not be empty",
+        }
+    }
+}
+
+/// A parsed `key = "..."` template (or `election = "..."`, `value = "..."`).
 #[derive(Debug, Clone)]
 pub(crate) struct KeyTemplate {
     pub(crate) lit: LitStr,
     pub(crate) segments: Vec<Segment>,
+    pub(crate) kind: TemplateKind,
 }
 
 impl KeyTemplate {
-    /// Parses the template; a malformed one is an error on the literal.
+    /// Parses the key template; a malformed one is an error on the literal.
     pub(crate) fn parse(lit: &LitStr) -> syn::Result<Self> {
+        Self::parse_as(lit, TemplateKind::Key)
+    }
+
+    /// Parses a template of the option `kind`.
+    pub(crate) fn parse_as(lit: &LitStr, kind: TemplateKind) -> syn::Result<Self> {
         let segments =
-            parse_segments(&lit.value()).map_err(|msg| syn::Error::new_spanned(lit, msg))?;
+            parse_segments(&lit.value(), kind).map_err(|msg| syn::Error::new_spanned(lit, msg))?;
         Ok(KeyTemplate {
             lit: lit.clone(),
             segments,
+            kind,
         })
     }
 
@@ -55,9 +93,10 @@ impl KeyTemplate {
 const PLACEHOLDER_HELP: &str =
     "placeholders name an argument and optional fields, like `{sku}` or `{order.id}`";
 
-fn parse_segments(template: &str) -> Result<Vec<Segment>, String> {
+fn parse_segments(template: &str, kind: TemplateKind) -> Result<Vec<Segment>, String> {
+    let word = kind.word();
     if template.is_empty() {
-        return Err("the lock key must not be empty".into());
+        return Err(kind.empty().into());
     }
     let mut segments = Vec::new();
     let mut text = String::new();
@@ -73,9 +112,9 @@ fn parse_segments(template: &str) -> Result<Vec<Segment>, String> {
                 text.push('}');
             }
             '}' => {
-                return Err(
-                    "unmatched `}` in the key template; write `}}` for a literal `}`".into(),
-                )
+                return Err(format!(
+                    "unmatched `}}` in the {word} template; write `}}}}` for a literal `}}`"
+                ))
             }
             '{' => {
                 let mut inner = String::new();
@@ -84,17 +123,17 @@ fn parse_segments(template: &str) -> Result<Vec<Segment>, String> {
                         Some('}') => break,
                         Some(c) => inner.push(c),
                         None => {
-                            return Err(
-                                "unclosed `{` in the key template; write `{{` for a literal `{`"
-                                    .into(),
-                            )
+                            return Err(format!(
+                                "unclosed `{{` in the {word} template; write `{{{{` for a \
+                                 literal `{{`"
+                            ))
                         }
                     }
                 }
                 if !text.is_empty() {
                     segments.push(Segment::Text(std::mem::take(&mut text)));
                 }
-                segments.push(Segment::Field(parse_path(&inner)?));
+                segments.push(Segment::Field(parse_path(&inner, word)?));
             }
             c => text.push(c),
         }
@@ -106,10 +145,10 @@ fn parse_segments(template: &str) -> Result<Vec<Segment>, String> {
 }
 
 /// `name.field.0` → ["name", "field", "0"].
-fn parse_path(inner: &str) -> Result<Vec<String>, String> {
+fn parse_path(inner: &str, word: &str) -> Result<Vec<String>, String> {
     if inner.trim().is_empty() {
         return Err(format!(
-            "empty placeholder `{{}}` in the key template; {PLACEHOLDER_HELP}"
+            "empty placeholder `{{}}` in the {word} template; {PLACEHOLDER_HELP}"
         ));
     }
     let parts: Vec<String> = inner.split('.').map(str::to_owned).collect();
@@ -121,8 +160,8 @@ fn parse_path(inner: &str) -> Result<Vec<String>, String> {
         };
         if !ok {
             return Err(format!(
-                "invalid placeholder `{{{inner}}}` in the key template; {PLACEHOLDER_HELP} \
-                 (format specs are not supported: the key uses `Display`)"
+                "invalid placeholder `{{{inner}}}` in the {word} template; {PLACEHOLDER_HELP} \
+                 (format specs are not supported: the {word} uses `Display`)"
             ));
         }
     }
@@ -157,7 +196,7 @@ mod tests {
     #[test]
     fn splits_text_and_placeholders() {
         assert_eq!(
-            parse_segments("order:{order.id}:{user.id}"),
+            parse_segments("order:{order.id}:{user.id}", TemplateKind::Key),
             Ok(vec![
                 Segment::Text("order:".into()),
                 field(&["order", "id"]),
@@ -165,9 +204,12 @@ mod tests {
                 field(&["user", "id"]),
             ])
         );
-        assert_eq!(parse_segments("{pair.0}"), Ok(vec![field(&["pair", "0"])]));
         assert_eq!(
-            parse_segments("nightly-report"),
+            parse_segments("{pair.0}", TemplateKind::Key),
+            Ok(vec![field(&["pair", "0"])])
+        );
+        assert_eq!(
+            parse_segments("nightly-report", TemplateKind::Key),
             Ok(vec![Segment::Text("nightly-report".into())])
         );
     }
@@ -175,7 +217,7 @@ mod tests {
     #[test]
     fn double_braces_are_literal() {
         assert_eq!(
-            parse_segments("{{tag}}:{id}"),
+            parse_segments("{{tag}}:{id}", TemplateKind::Key),
             Ok(vec![Segment::Text("{tag}:".into()), field(&["id"])])
         );
         let lit = LitStr::new("{{tag}}:{id}", proc_macro2::Span::call_site());
@@ -205,7 +247,7 @@ mod tests {
             "{a.b c}",
             "{é}",
         ] {
-            assert!(parse_segments(bad).is_err(), "{bad:?}");
+            assert!(parse_segments(bad, TemplateKind::Key).is_err(), "{bad:?}");
         }
     }
 }

@@ -15,7 +15,8 @@ pub(crate) const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 /// lock, and see or force-unlock locks (lock-core's and Redisson's `RLock`,
 /// and with --read/--write a side of a read-write lock, Redisson's
 /// `RReadWriteLock`); with --permits, run a command holding one of N permits
-/// of a semaphore (Redisson's `RPermitExpirableSemaphore`).
+/// of a semaphore (Redisson's `RPermitExpirableSemaphore`); run a command
+/// while leader of an election (elect), see who leads (leader).
 #[derive(Debug, Parser)]
 #[command(name = "lockctl", version, about, after_help = crate::exit::EXIT_CODES_HELP)]
 pub(crate) struct Cli {
@@ -41,7 +42,7 @@ pub(crate) struct Cli {
     )]
     pub(crate) prefix: String,
 
-    /// Watchdog timeout: the lease of locks and permits held without --lease; renewed every third of it
+    /// Watchdog timeout: the lease of locks and permits held without --lease (and of leaderships); renewed every third of it
     #[arg(long, global = true, default_value = "30s", value_name = "DUR", value_parser = parse_duration)]
     pub(crate) watchdog: Duration,
 
@@ -65,6 +66,10 @@ pub(crate) enum Command {
     /// See and set up the semaphores `run --permits` uses (Redisson's RPermitExpirableSemaphore; `status` reads a plain RSemaphore too)
     #[command(subcommand)]
     Semaphore(SemaphoreCommand),
+    /// Campaign in the election NAME, run CMD while leader (SIGTERM on a lost leadership, exit 76), resign; exit with CMD's exit code
+    Elect(ElectArgs),
+    /// Print the current leader of the election NAME (value, term, time left) as one JSON line; `"leader":null` when there is none
+    Leader(LeaderArgs),
 }
 
 /// `lockctl semaphore ...`
@@ -172,6 +177,25 @@ pub(crate) struct RunArgs {
     pub(crate) command: Vec<OsString>,
 }
 
+/// `lockctl elect NAME [--value V] [--wait DUR] -- CMD [ARGS...]`
+#[derive(Debug, Args)]
+pub(crate) struct ElectArgs {
+    /// The election's name (the lock NAME: a Redisson RLock on it excludes the leader and is excluded)
+    pub(crate) name: String,
+
+    /// What `lockctl leader NAME` shows of this leader. Default: <hostname>:<pid>
+    #[arg(long, value_name = "V")]
+    pub(crate) value: Option<String>,
+
+    /// Give up (exit 75) when not leader within DUR; 0s = one attempt. Default: campaign until elected
+    #[arg(long, value_name = "DUR", value_parser = parse_duration)]
+    pub(crate) wait: Option<Duration>,
+
+    /// The command and its arguments, after `--`
+    #[arg(last = true, required = true, value_name = "CMD")]
+    pub(crate) command: Vec<OsString>,
+}
+
 /// `lockctl hold NAME [--read | --write] [--wait DUR] [--lease DUR] [--for DUR]`
 #[derive(Debug, Args)]
 pub(crate) struct HoldArgs {
@@ -190,6 +214,13 @@ pub(crate) struct HoldArgs {
 #[derive(Debug, Args)]
 pub(crate) struct NameArg {
     /// The lock's name
+    pub(crate) name: String,
+}
+
+/// `lockctl leader NAME`
+#[derive(Debug, Args)]
+pub(crate) struct LeaderArgs {
+    /// The election's name
     pub(crate) name: String,
 }
 

@@ -43,11 +43,7 @@ pub(crate) fn status_json(status: &LockStatus) -> Value {
             v
         })
         .collect();
-    let ttl_ms = match status.ttl {
-        None => Value::Null,
-        Some(Duration::MAX) => json!(-1),
-        Some(ttl) => json!(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)),
-    };
+    let ttl_ms = ttl_json(status.ttl);
     let mut line = Map::new();
     line.insert("name".into(), json!(status.name));
     line.insert("locked".into(), json!(status.is_locked()));
@@ -65,6 +61,17 @@ pub(crate) fn status_json(status: &LockStatus) -> Value {
     line.insert("ttl_ms".into(), ttl_ms);
     line.insert("key".into(), json!(status.key));
     Value::Object(line)
+}
+
+/// A key's time to live as the JSON lines show it (`ttl_ms`): `null` for
+/// none (no key), `-1` for a key without expiry ([`Duration::MAX`]), else
+/// milliseconds.
+pub(crate) fn ttl_json(ttl: Option<Duration>) -> Value {
+    match ttl {
+        None => Value::Null,
+        Some(Duration::MAX) => json!(-1),
+        Some(ttl) => json!(u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX)),
+    }
 }
 
 /// The lock `args` ask for on `name`: the plain lock, or with `--read` /

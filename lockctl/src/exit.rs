@@ -27,16 +27,16 @@ pub(crate) const SIGNAL_BASE: u8 = 128;
 /// Shown at the end of `--help`.
 pub(crate) const EXIT_CODES_HELP: &str = "\
 Exit codes:
-  0        success (run: the command's own exit code is passed through)
+  0        success (run, elect: the command's own exit code is passed through)
   64       usage: bad flag, duration, URL or lock name (semaphore add: below zero)
   65       the key exists but is not a lock (semaphore: not a semaphore)
   69       Redis unreachable or failing
   70       internal error
   74       cannot write to stdout
-  75       --wait passed before the lock (or a permit) was acquired
-  76       the lock (or permit) was lost while held (run: the command got SIGTERM)
-  126/127  run: the command cannot be executed / was not found
-  128+N    killed by signal N (run: the command was; run/hold: interrupted while waiting)";
+  75       --wait passed before the lock (or a permit, or the leadership) was acquired
+  76       the lock (or permit, or leadership) was lost while held (run, elect: the command got SIGTERM)
+  126/127  run, elect: the command cannot be executed / was not found
+  128+N    killed by signal N (run, elect: the command was; run/hold/elect: interrupted while waiting)";
 
 /// A failure: what to print (one line, after `lockctl: `) and the exit code.
 #[derive(Debug)]

@@ -1,9 +1,11 @@
 //! What `run` holds while the command runs: a lock (or a side of a
-//! read-write lock), or one permit of a semaphore.
+//! read-write lock), or one permit of a semaphore; what `elect` holds: a
+//! won election.
 
-use lock_core::{LockGuard, Permits};
+use lock_core::{Leadership, LockGuard, Permits};
 
-/// A lock's guard or a permit, with the words messages use for it.
+/// A lock's guard, a permit or a leadership, with the words messages use
+/// for it.
 #[derive(Debug)]
 pub(crate) struct Held {
     guard: Guard,
@@ -14,6 +16,7 @@ pub(crate) struct Held {
 enum Guard {
     Lock(LockGuard),
     Permit(Permits),
+    Leader(Leadership),
 }
 
 impl Held {
@@ -33,7 +36,16 @@ impl Held {
         }
     }
 
-    /// What is held, for messages: "lock `x`", "permit of semaphore `x`".
+    /// A won election called `name`: "leadership of election `name`".
+    pub(crate) fn leadership(leadership: Leadership, name: &str) -> Self {
+        Held {
+            guard: Guard::Leader(leadership),
+            what: format!("leadership of election `{name}`"),
+        }
+    }
+
+    /// What is held, for messages: "lock `x`", "permit of semaphore `x`",
+    /// "leadership of election `x`".
     pub(crate) fn what(&self) -> &str {
         &self.what
     }
@@ -43,14 +55,27 @@ impl Held {
         match &self.guard {
             Guard::Lock(guard) => guard.lost().await,
             Guard::Permit(permit) => permit.lost().await,
+            Guard::Leader(leadership) => leadership.lost().await,
         }
     }
 
-    /// Gives it back; `Err(Lost)` when it was lost before.
+    /// Gives it back (a leadership: resigns); `Err(Lost)` when it was lost
+    /// before.
     pub(crate) async fn release(self) -> lock_core::Result<()> {
         match self.guard {
             Guard::Lock(guard) => guard.release().await,
             Guard::Permit(permit) => permit.release().await,
+            Guard::Leader(leadership) => {
+                // Not leader before resigning: the leadership ended by
+                // itself (its deadline passed, or the lock was found gone).
+                let lost = !leadership.is_leader();
+                let name = leadership.name().to_owned();
+                let resigned = leadership.resign().await;
+                match lost {
+                    true => Err(lock_core::Error::Lost { name }),
+                    false => resigned,
+                }
+            }
         }
     }
 }

@@ -26,6 +26,8 @@
 //!   semaphore status NAME [--limit N]
 //!   semaphore set NAME N
 //!   semaphore add NAME DELTA
+//!   elect NAME [--value V] [--wait DUR] -- CMD [ARGS...]
+//!   leader NAME
 //! ```
 //!
 //! `--url` defaults to `$REDIS_URL`, else `redis://127.0.0.1:6379`;
@@ -57,6 +59,21 @@
 //! #  "readers":[{"owner":"…:1","count":1}],"writer":null,"ttl_ms":29120,"key":"prices"}
 //! ```
 //!
+//! `elect` campaigns in the election NAME (lock-core's `Election`, on the
+//! lock NAME, so a Redisson `RLock` on NAME excludes it and is excluded)
+//! and runs the command while leader, as `run` runs it while the lock is
+//! held: a lost leadership sends the command SIGTERM (SIGKILL 10 s later)
+//! and exits 76; a command that ends resigns and passes its code through.
+//! `leader` prints who leads (the value given with `--value`, default
+//! `<hostname>:<pid>`, and the term, the leader's fencing token).
+//!
+//! ```sh
+//! # the outbox relay runs on exactly one machine; another takes over on a loss
+//! lockctl elect outbox-relay --value "$(hostname)" -- ./relay
+//! lockctl leader outbox-relay
+//! # {"name":"outbox-relay","leader":{"value":"web-2","term":17,"ttl_ms":29120},"key":"outbox-relay"}
+//! ```
+//!
 //! # Why its own crate
 //!
 //! lockctl is a separate package (`lockctl/`, installed with
@@ -68,6 +85,7 @@
 mod cli;
 mod commands;
 mod duration;
+mod elect;
 mod exit;
 mod held;
 mod run;
@@ -134,6 +152,8 @@ async fn dispatch_to(cli: Cli) -> Result<u8, CliError> {
         Command::Unlock(args) => commands::unlock(&client, args).await,
         Command::List(args) => commands::list(&client, args).await,
         Command::Semaphore(command) => semaphore::semaphore(&client, command).await,
+        Command::Elect(args) => elect::elect(&client, args).await,
+        Command::Leader(args) => elect::leader(&client, args).await,
     }
 }
 

@@ -1,6 +1,9 @@
 //! `lockctl run NAME -- CMD [ARGS...]`: the command runs only while the lock
 //! (with `--permits N`, one of N permits of the semaphore NAME) is held.
+//! [`supervise`] is the part `lockctl elect` shares: run the command while
+//! something is held, stop it when that is lost.
 
+use std::ffi::OsString;
 use std::io::ErrorKind;
 use std::os::unix::process::ExitStatusExt;
 use std::process::ExitStatus;
@@ -28,12 +31,7 @@ pub(crate) async fn run(client: &LockClient, args: RunArgs) -> Result<u8, CliErr
         Some(permits) => Target::Semaphore(client.permit_semaphore(&args.name)?, permits),
         None => Target::Lock(lock_for(client, &args.name, &args.acquire)?),
     };
-    let Some((program, program_args)) = args.command.split_first() else {
-        return Err(CliError::new(
-            crate::exit::USAGE,
-            "no command given after `--`",
-        ));
-    };
+    let command = split_command(&args.command)?;
     let mut signals = Signals::install()?;
     let guard = match &target {
         Target::Lock(lock) => Held::lock(
@@ -45,6 +43,25 @@ pub(crate) async fn run(client: &LockClient, args: RunArgs) -> Result<u8, CliErr
             semaphore.name(),
         ),
     };
+    supervise(guard, command, &mut signals).await
+}
+
+/// The program and its arguments (clap requires at least the program).
+pub(crate) fn split_command(command: &[OsString]) -> Result<(&OsString, &[OsString]), CliError> {
+    command
+        .split_first()
+        .ok_or_else(|| CliError::new(crate::exit::USAGE, "no command given after `--`"))
+}
+
+/// Runs the command with inherited stdin/stdout/stderr while `guard` is
+/// held (a lock, a permit, a leadership), forwarding SIGINT/SIGTERM to it,
+/// then releases; the exit code is the command's, or 76 when `guard` was
+/// lost (the command then got SIGTERM, and SIGKILL after [`KILL_AFTER`]).
+pub(crate) async fn supervise(
+    guard: Held,
+    (program, program_args): (&OsString, &[OsString]),
+    signals: &mut Signals,
+) -> Result<u8, CliError> {
     let what = guard.what().to_owned();
 
     let shown = program.to_string_lossy().into_owned();

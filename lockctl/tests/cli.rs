@@ -1109,6 +1109,19 @@ fn bad_input_is_one_line_and_exit_64() {
         (&["semaphore", "add", "x"], "<DELTA>"),
         (&["semaphore", "set", "x", "-1"], "unexpected argument '-1'"),
         (&["semaphore", "frob", "x"], "unrecognized subcommand"),
+        (&["elect", "x"], "<CMD>"),
+        (&["elect", "x", "true"], "unexpected argument"),
+        (&["elect", "", "--", "true"], "invalid lock name"),
+        (
+            &["elect", "x", "--wait", "5x", "--", "true"],
+            "unknown unit `x`",
+        ),
+        (
+            &["elect", "x", "--read", "--", "true"],
+            "unexpected argument '--read'",
+        ),
+        (&["leader", ""], "invalid lock name"),
+        (&["leader"], "<NAME>"),
     ];
     for (args, needle) in cases {
         run(lockctl(&url, args)).assert_one_line_error(64, needle);
@@ -1129,8 +1142,10 @@ fn bad_input_is_one_line_and_exit_64() {
 fn unreachable_redis_is_one_line_and_exit_69() {
     let port = lock_tests::free_port().expect("port");
     let url = format!("redis://user:secret@127.0.0.1:{port}");
-    let cases: [&[&str]; 7] = [
+    let cases: [&[&str]; 9] = [
         &["status", "x"],
+        &["elect", "x", "--", "true"],
+        &["leader", "x"],
         &["list"],
         &["unlock", "--force", "x"],
         &["run", "x", "--", "true"],
@@ -1222,4 +1237,247 @@ fn hold_status_and_list_work_unchanged_with_cluster_and_sentinel_urls() {
     );
     p.signal(Signal::SIGTERM);
     assert_eq!(p.finish(LIMIT).code, Some(0));
+}
+
+// ------------------------------------------------------------ elect, leader
+
+fn spawn_elect(url: &str, global: &[&str], name: &str, extra: &[&str], command: &[String]) -> Proc {
+    let mut args: Vec<&str> = global.to_vec();
+    args.extend(["elect", name]);
+    args.extend(extra);
+    args.push("--");
+    args.extend(command.iter().map(String::as_str));
+    Proc::spawn(lockctl(url, &args))
+}
+
+/// `lockctl leader NAME`'s one line.
+fn leader(url: &str, name: &str) -> Value {
+    let out = run(lockctl(url, &["leader", name]));
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let mut lines = out.json_lines();
+    assert_eq!(lines.len(), 1, "{out:?}");
+    lines.remove(0)
+}
+
+#[test]
+fn two_elects_on_one_name_run_their_commands_one_after_the_other() {
+    let server = server();
+    let url = server.url();
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Each command logs its start and end; `inside` catches two at once.
+    let script = "cd \"$1\"; mkdir inside || echo overlap >> violations; \
+                  echo \"start $2\" >> log; sleep 1; echo \"end $2\" >> log; rmdir inside";
+    let command = |who: &str| -> Vec<String> {
+        ["sh", "-c", script, "sh", &dir.path().to_string_lossy(), who]
+            .map(String::from)
+            .to_vec()
+    };
+    let first = spawn_elect(&url, &[], "relay", &["--value", "first"], &command("a"));
+    assert!(
+        eventually(LIMIT, || read(&dir.path().join("log")) == "start a\n"),
+        "the first command started"
+    );
+    let second = spawn_elect(&url, &[], "relay", &["--value", "second"], &command("b"));
+    // The second campaigns (subscribed to the lock's channel) while the
+    // first leads; Redis' own record names the first.
+    assert!(
+        eventually(LIMIT, || subscribers(
+            &server,
+            "redisson_lock__channel:{relay}"
+        ) >= 1),
+        "the second campaigns"
+    );
+    assert_eq!(
+        hash(&server, "lockcore_leader:{relay}")
+            .get("value")
+            .map(String::as_str),
+        Some("first")
+    );
+    assert!(!read(&dir.path().join("log")).contains("start b"));
+
+    let out = first.finish(LIMIT);
+    assert_eq!((out.code, out.stderr.as_str()), (Some(0), ""), "{out:?}");
+    let out = second.finish(LIMIT);
+    assert_eq!((out.code, out.stderr.as_str()), (Some(0), ""), "{out:?}");
+    assert_eq!(
+        read(&dir.path().join("log")),
+        "start a\nend a\nstart b\nend b\n",
+        "the second command started after the first ended"
+    );
+    assert_eq!(
+        read(&dir.path().join("violations")),
+        "",
+        "two commands ran at once"
+    );
+    assert_eq!(
+        leader(&url, "relay")["leader"],
+        Value::Null,
+        "both resigned"
+    );
+    assert_eq!(status(&url, "relay")["locked"], false);
+}
+
+#[test]
+fn elect_exits_76_and_terms_the_command_when_its_lock_is_deleted() {
+    let server = server();
+    let url = server.url();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let proc = spawn_elect(
+        &url,
+        &["--watchdog", "900ms"],
+        "deposed",
+        &[],
+        &term_recorder(dir.path()),
+    );
+    assert!(
+        eventually(LIMIT, || dir.path().join("started").exists()),
+        "command started"
+    );
+    assert_eq!(status(&url, "deposed")["locked"], true);
+    // An independent connection deletes the lock; the next renewal (every
+    // 300 ms) finds it gone.
+    assert_eq!(
+        server.command(&["DEL", "deposed"]).expect("DEL").as_i64(),
+        Some(1)
+    );
+    let out = proc.finish(LIMIT);
+    out.assert_one_line_error(
+        76,
+        "leadership of election `deposed` was lost while the command ran; sending it SIGTERM",
+    );
+    assert_eq!(
+        read(&dir.path().join("term")),
+        "term\n",
+        "the command got SIGTERM"
+    );
+    assert!(!dir.path().join("done").exists());
+}
+
+#[test]
+fn leader_prints_the_leader_its_term_and_ttl_or_null() {
+    let server = server();
+    let url = server.url();
+    assert_eq!(
+        leader(&url, "boss"),
+        serde_json::json!({ "name": "boss", "leader": null, "key": "boss" })
+    );
+    // The default value: <hostname>:<pid of lockctl>.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let proc = spawn_elect(&url, &[], "boss", &[], &term_recorder(dir.path()));
+    assert!(eventually(LIMIT, || dir.path().join("started").exists()));
+    let mut line = Value::Null;
+    assert!(
+        eventually(LIMIT, || {
+            line = leader(&url, "boss");
+            line["leader"]["value"].is_string()
+        }),
+        "the record is written right after the grant"
+    );
+    assert_eq!(keys(&line), ["name", "leader", "key"]);
+    assert_eq!(keys(&line["leader"]), ["value", "term", "ttl_ms"]);
+    let value = line["leader"]["value"].as_str().expect("value");
+    assert!(
+        value.ends_with(&format!(":{}", proc.child.id())),
+        "{value}: <hostname>:<pid>"
+    );
+    // What Redis holds, read on an independent connection.
+    let record = hash(&server, "lockcore_leader:{boss}");
+    assert_eq!(record.get("value").map(String::as_str), Some(value));
+    let term = line["leader"]["term"].as_u64().expect("term");
+    assert_eq!(record.get("term"), Some(&term.to_string()));
+    let ttl = line["leader"]["ttl_ms"].as_i64().expect("ttl");
+    assert!(ttl > 0 && ttl <= 30_000, "{ttl}");
+
+    // SIGTERM goes to the command, which exits 0 here; then it resigns.
+    proc.signal(Signal::SIGTERM);
+    let out = proc.finish(LIMIT);
+    assert_eq!((out.code, out.stderr.as_str()), (Some(0), ""), "{out:?}");
+    assert_eq!(read(&dir.path().join("term")), "term\n");
+    assert_eq!(leader(&url, "boss")["leader"], Value::Null);
+
+    // A holder without a record (a plain lock, as a Redisson RLock): a
+    // leader with no value and no term; the next leader's term is larger.
+    let mut holder = Proc::spawn(lockctl(&url, &["hold", "boss"]));
+    holder.first_json(LIMIT);
+    let line = leader(&url, "boss");
+    assert_eq!(line["leader"]["value"], Value::Null, "{line}");
+    assert_eq!(line["leader"]["term"], Value::Null, "{line}");
+    assert!(
+        line["leader"]["ttl_ms"].as_i64().is_some_and(|t| t > 0),
+        "{line}"
+    );
+    holder.signal(Signal::SIGTERM);
+    assert_eq!(holder.finish(LIMIT).code, Some(0));
+    let mut next = spawn_elect(
+        &url,
+        &[],
+        "boss",
+        &["--value", "web-2"],
+        &["sleep".into(), "30".into()],
+    );
+    let mut seen = Value::Null;
+    assert!(eventually(LIMIT, || {
+        seen = leader(&url, "boss");
+        seen["leader"]["value"] == "web-2"
+    }));
+    assert!(
+        seen["leader"]["term"].as_u64().expect("term") > term,
+        "{seen}"
+    );
+    assert_eq!(next.try_code(), None, "still leading");
+    next.signal(Signal::SIGTERM);
+    let out = next.finish(LIMIT);
+    assert_eq!(
+        out.code,
+        Some(143),
+        "sleep died of the forwarded SIGTERM: {out:?}"
+    );
+}
+
+#[test]
+fn elect_with_a_wait_bound_exits_75_and_a_signal_stops_the_campaign() {
+    let server = server();
+    let url = server.url();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let marker = dir.path().join("ran");
+    let touch = ["touch", marker.to_str().expect("utf-8 path")];
+    let mut holder = Proc::spawn(lockctl(&url, &["hold", "busy"]));
+    holder.first_json(LIMIT);
+
+    let started = Instant::now();
+    let mut args = vec!["elect", "busy", "--wait", "300ms", "--"];
+    args.extend(touch);
+    let out = run(lockctl(&url, &args));
+    out.assert_one_line_error(75, "timed out after 300ms");
+    assert!(started.elapsed() >= Duration::from_millis(300));
+    let mut args = vec!["elect", "busy", "--wait", "0s", "--"];
+    args.extend(touch);
+    run(lockctl(&url, &args)).assert_one_line_error(75, "election `busy` has another leader");
+
+    let waiter = spawn_elect(&url, &[], "busy", &[], &term_recorder(dir.path()));
+    assert!(
+        eventually(LIMIT, || subscribers(
+            &server,
+            "redisson_lock__channel:{busy}"
+        ) >= 1),
+        "campaigning"
+    );
+    waiter.signal(Signal::SIGTERM);
+    let out = waiter.finish(LIMIT);
+    out.assert_one_line_error(
+        143,
+        "interrupted by SIGTERM while campaigning in election `busy`",
+    );
+    assert!(!marker.exists() && !dir.path().join("started").exists());
+    // The command's own exit code, as `run` passes it through.
+    holder.signal(Signal::SIGTERM);
+    assert_eq!(holder.finish(LIMIT).code, Some(0));
+    let out = run(lockctl(
+        &url,
+        &["elect", "busy", "--", "sh", "-c", "exit 9"],
+    ));
+    assert_eq!((out.code, out.stderr.as_str()), (Some(9), ""), "{out:?}");
+    let out = run(lockctl(&url, &["elect", "busy", "--", "/no/such/command"]));
+    out.assert_one_line_error(127, "cannot run `/no/such/command`");
+    assert_eq!(status(&url, "busy")["locked"], false);
 }

@@ -17,15 +17,18 @@
 //! by polls) give every permit back; `sem_line`, places in the line that
 //! outlive their acquisitions (ignored: they fail on lock-core as it is).
 //!
-//! Elections: `election_overlap`, three processes campaigning while the
-//! leader is killed, partitioned, paused and Redis restarted: never two
-//! terms' fenced writes interleaved, fail-over times measured.
+//! Elections: `election_cut_faults`, the fenced write and the campaign's
+//! record write cut at every byte; `election_overlap`, three processes
+//! campaigning while the leader is killed, partitioned, paused and Redis
+//! restarted: never two terms' fenced writes interleaved, fail-over times
+//! measured.
 
 mod support;
 
 /// The suites, one module per file in `faults/`.
 mod faults {
     mod cut_faults;
+    mod election_cut_faults;
     mod election_overlap;
     mod failures;
     mod fault_proxy;

@@ -1,6 +1,7 @@
 //! The workloads, and what they share: settings, the lock-core client, the
 //! uncontended figures.
 
+pub(crate) mod fenced;
 pub(crate) mod layer;
 pub(crate) mod refs;
 pub(crate) mod rw;

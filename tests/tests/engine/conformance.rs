@@ -36,6 +36,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 
 use crate::support;
 
+mod election;
 mod semaphore;
 
 const LEASE: &str = "30000";
@@ -44,7 +45,7 @@ const LATCH_MS: &str = "1000";
 const TTL_TOLERANCE_MS: i64 = 1_000;
 
 /// The protocol's scripts, by name, with their sources.
-const SCRIPTS: [(&str, &str); 17] = [
+const SCRIPTS: [(&str, &str); 19] = [
     (
         "acquire",
         include_str!("../../../lock-core/src/protocol/acquire.lua"),
@@ -112,6 +113,14 @@ const SCRIPTS: [(&str, &str); 17] = [
     (
         "latch_count_down",
         include_str!("../../../lock-core/src/protocol/latch_count_down.lua"),
+    ),
+    (
+        "leader_record",
+        include_str!("../../../lock-core/src/protocol/leader_record.lua"),
+    ),
+    (
+        "leader_read",
+        include_str!("../../../lock-core/src/protocol/leader_read.lua"),
     ),
 ];
 
@@ -1506,6 +1515,11 @@ fn cases() -> Vec<(&'static str, Vec<Step>)> {
     table.extend(semaphore::cases(&mut || {
         s += 1;
         format!("conf:s{s}")
+    }));
+    let mut l = 0;
+    table.extend(election::cases(&mut || {
+        l += 1;
+        format!("conf:e{l}")
     }));
     table.push((
         "Lua: conversions both ways, the redis table, errors and their positions",

@@ -1262,11 +1262,10 @@ async fn a_redis_restart_under_a_leader_and_a_watcher() {
 
 /// Two campaigns from one task inside a `LockContext` (as in the body of a
 /// `#[distributed_lock]` function, or a `LockContext::scope`): the second
-/// must not lead while the first does. (lock-core re-enters the
-/// election's lock inside a context: the second campaign returns at once
-/// with the same term, and its value overwrites the first's record.)
+/// must not lead while the first does. (lock-core used to re-enter the
+/// election's lock inside a context: the second campaign returned at once
+/// with the same term, and its value overwrote the first's record.)
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "fails on lock-core as it is: a campaign inside a LockContext re-enters the lock (reported)"]
 async fn a_second_campaign_in_the_same_lock_context_does_not_lead_too() {
     let server = support::server();
     let name = "el:reentrant";

@@ -580,6 +580,34 @@ async fn an_election_has_one_leader_whose_record_redis_shows_and_terms_grow() {
     );
 }
 
+#[tokio::test]
+async fn a_campaign_inside_a_lock_context_never_re_enters_a_leadership() {
+    let e = env(30_000);
+    let election = e.client.election("elect:ctx").expect("name");
+    let lock = e.client.lock("elect:ctx").expect("name");
+    in_context(async {
+        let first = election.campaign("a").await.expect("campaign");
+        // A second campaign in the same context is a campaigner like any
+        // other: no second leadership sharing the first one's hold.
+        assert!(election.try_campaign("b").await.expect("try").is_none());
+        let waited = election
+            .campaign_timeout("b", Duration::from_millis(200))
+            .await
+            .expect_err("waits for the first");
+        assert!(waited.is_wait_timeout(), "{waited:?}");
+        // nor does the context's manual acquisition share it
+        assert!(lock.try_acquire().await.expect("try").is_none());
+        first.resign().await.expect("resign");
+        let second = election
+            .try_campaign("b")
+            .await
+            .expect("try")
+            .expect("free");
+        second.resign().await.expect("resign");
+    })
+    .await;
+}
+
 // ------------------------------------------------------- Redis under a holder
 
 #[tokio::test]

@@ -427,3 +427,51 @@ async fn leased_permits_run_out_on_tokios_clock_and_the_latch_opens() {
         0
     );
 }
+
+#[tokio::test(start_paused = true)]
+async fn an_election_fails_over_on_tokios_clock_and_a_deposed_leaders_fenced_write_is_refused() {
+    let server = MemoryServer::new();
+    let a = client_of(&server, 300);
+    let b = client_of(&server, 300);
+    let first = a
+        .election("jobs")
+        .unwrap_or_else(|e| panic!("{e}"))
+        .campaign("a")
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(first.fence().incr_by("jobs:n", 1).await.ok(), Some(1));
+    // The leader's lock goes (as a crash would leave it to expire): the
+    // other campaigner leads, and the deposed leader's write is refused.
+    // (The flush takes the last token too: the next one comes from the
+    // server's clock, which moves here only with tokio's paused clock.)
+    server.flush_all();
+    tokio::time::advance(Duration::from_millis(1)).await;
+    let second = tokio::time::timeout(
+        Duration::from_secs(5),
+        b.election("jobs")
+            .unwrap_or_else(|e| panic!("{e}"))
+            .campaign("b"),
+    )
+    .await
+    .unwrap_or_else(|_| panic!("no new leader"))
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert!(second.term() > first.term());
+    let refused = first.fence().incr_by("jobs:n", 1).await;
+    assert!(
+        matches!(refused, Err(Error::FenceRefused { .. })),
+        "{refused:?}"
+    );
+    assert_eq!(second.fence().incr_by("jobs:n", 1).await.ok(), Some(1));
+    let leader = b
+        .election("jobs")
+        .unwrap_or_else(|e| panic!("{e}"))
+        .leader()
+        .await;
+    let leader = leader
+        .unwrap_or_else(|e| panic!("{e}"))
+        .unwrap_or_else(|| panic!("no leader"));
+    assert_eq!(
+        (leader.value(), leader.term()),
+        (Some("b"), Some(second.term()))
+    );
+}

@@ -44,12 +44,16 @@ const KEYS: &[&str] = &[
     "~lockcore_sem_grants:{app:*",
     "~redisson_countdownlatch__channel__{app:*",
     "~lockcore_latch_req:{app:*",
+    // an election's leader record and its channel (a key of the record's script)
+    "~lockcore_leader:{app:*",
+    "~lockcore_leader__channel:{app:*",
 ];
 const CHANNELS: &[&str] = &[
     "&redisson_lock__channel:{app:*",
     "&redisson_rwlock:{app:*",
     "&redisson_sc:{app:*",
     "&redisson_countdownlatch__channel__{app:*",
+    "&lockcore_leader__channel:{app:*",
 ];
 const COMMANDS: &[&str] = &[
     // sent by the client
@@ -399,6 +403,32 @@ async fn a_user_with_the_documented_acl_can_do_everything() {
     assert!(
         counted.elapsed() < Duration::from_millis(500),
         "woken by pub/sub"
+    );
+
+    // An election, observed by the other client, and fenced writes.
+    let election = client.election("jobs").expect("name");
+    let mut watch = other.election("jobs").expect("name").observe();
+    assert_eq!(watch.changed().await.expect("first view"), None);
+    let leadership = election.campaign("a").await.expect("campaign");
+    let seen = within(Duration::from_secs(5), "observe", watch.changed())
+        .await
+        .expect("view")
+        .expect("a leader");
+    assert_eq!(seen.term(), Some(leadership.term()));
+    assert_eq!(
+        leadership
+            .fence()
+            .incr_by("app:jobs:runs", 1)
+            .await
+            .expect("fenced"),
+        1
+    );
+    leadership.resign().await.expect("resign");
+    assert_eq!(
+        within(Duration::from_secs(5), "vacancy", watch.changed())
+            .await
+            .expect("view"),
+        None
     );
 
     // Nothing was denied but the optional CONFIG GET of the eviction check.
