@@ -12,7 +12,7 @@ use tokio::task::JoinSet;
 
 use super::{lock_client, uncontended, ClientCpu, Ctx, MAX_CYCLES};
 use crate::report::Measurement;
-use crate::stats::mono_ns;
+use crate::stats::{mono_ns, Window};
 use crate::{redis_util, BenchResult};
 
 /// The lib of the fenced line.
@@ -40,26 +40,10 @@ pub(crate) async fn run(ctx: &Ctx) -> BenchResult<Measurement> {
     for (guard, counter) in guards {
         let fence = guard.fence();
         held.push(guard);
-        set.spawn(async move {
-            let mut latencies = Vec::new();
-            let mut writes = 0;
-            for _ in 0..MAX_CYCLES {
-                let start = mono_ns();
-                if start >= window.to {
-                    break;
-                }
-                let after = fence.incr_by(&counter, 1).await?;
-                writes += 1;
-                if after != writes {
-                    return Err(format!("{counter}: {after} after {writes} fenced writes").into());
-                }
-                let end = mono_ns();
-                if window.contains(end) {
-                    latencies.push(end - start);
-                }
-            }
-            Ok((latencies, writes, counter))
-        });
+        set.spawn(write_loop(window, counter, move |key| {
+            let fence = fence.clone();
+            async move { Ok(fence.incr_by(&key, 1).await?) }
+        }));
     }
     let (latencies, writes, counters) = collect(&mut set).await?;
     for guard in held {
@@ -84,32 +68,19 @@ pub(crate) async fn raw(ctx: &Ctx) -> BenchResult<Measurement> {
     let cpu = ClientCpu::sample(&window, &ctx.servers);
     let mut set: JoinSet<TaskResult> = JoinSet::new();
     for i in 0..tasks {
-        let mut conn = conn.clone();
+        let conn = conn.clone();
         let counter = ctx.key(&format!("f1raw:{{{i}}}:n"));
-        set.spawn(async move {
-            let mut latencies = Vec::new();
-            let mut writes = 0;
-            for _ in 0..MAX_CYCLES {
-                let start = mono_ns();
-                if start >= window.to {
-                    break;
-                }
+        set.spawn(write_loop(window, counter, move |key| {
+            let mut conn = conn.clone();
+            async move {
                 let after: i64 = redis::cmd("INCRBY")
-                    .arg(&counter)
+                    .arg(&key)
                     .arg(1)
                     .query_async(&mut conn)
                     .await?;
-                writes += 1;
-                if after != writes {
-                    return Err(format!("{counter}: {after} after {writes} writes").into());
-                }
-                let end = mono_ns();
-                if window.contains(end) {
-                    latencies.push(end - start);
-                }
+                Ok(after)
             }
-            Ok((latencies, writes, counter))
-        });
+        }));
     }
     let (latencies, writes, counters) = collect(&mut set).await?;
     let mut check = conn.clone();
@@ -120,6 +91,34 @@ pub(crate) async fn raw(ctx: &Ctx) -> BenchResult<Measurement> {
     let mut m = uncontended(RAW, "F1", latencies, &window, notes);
     cpu.finish(&mut m).await?;
     Ok(m)
+}
+
+/// One task's loop: `write` (an `INCRBY 1` of `counter`, answering the
+/// value after) until the window ends, each answer checked against the
+/// writes done.
+async fn write_loop<F, Fut>(window: Window, counter: String, mut write: F) -> TaskResult
+where
+    F: FnMut(String) -> Fut,
+    Fut: std::future::Future<Output = BenchResult<i64>>,
+{
+    let mut latencies = Vec::new();
+    let mut writes = 0;
+    for _ in 0..MAX_CYCLES {
+        let start = mono_ns();
+        if start >= window.to {
+            break;
+        }
+        let after = write(counter.clone()).await?;
+        writes += 1;
+        if after != writes {
+            return Err(format!("{counter}: {after} after {writes} writes").into());
+        }
+        let end = mono_ns();
+        if window.contains(end) {
+            latencies.push(end - start);
+        }
+    }
+    Ok((latencies, writes, counter))
 }
 
 async fn collect(set: &mut JoinSet<TaskResult>) -> BenchResult<(Vec<u64>, i64, Vec<String>)> {
