@@ -183,7 +183,7 @@ pub(crate) struct ElectArgs {
     /// The election's name (the lock NAME: a Redisson RLock on it excludes the leader and is excluded)
     pub(crate) name: String,
 
-    /// What `lockctl leader NAME` shows of this leader. Default: <hostname>:<pid>
+    /// What `lockctl leader NAME` shows of this leader. Default: HOSTNAME:PID (this machine and process)
     #[arg(long, value_name = "V")]
     pub(crate) value: Option<String>,
 
