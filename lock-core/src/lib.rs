@@ -551,6 +551,7 @@ mod memory;
 #[cfg(feature = "memory")]
 mod memory_server;
 mod metrics;
+mod multi_lock;
 mod options;
 mod protocol;
 mod rw_lock;
@@ -578,6 +579,7 @@ pub use latch::CountDownLatch;
 pub use lock::Lock;
 #[cfg(feature = "memory")]
 pub use memory_server::MemoryServer;
+pub use multi_lock::{MultiGuard, MultiLock};
 pub use options::{AcquireOptions, LockMode};
 pub use rw_lock::RwLock;
 pub use semaphore::{HeldPermit, PermitSemaphore, Permits, Semaphore, SemaphoreStatus};
