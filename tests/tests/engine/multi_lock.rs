@@ -18,7 +18,8 @@
 //!   lock's channel) wakes it at once. And the multi-lock's locks exclude
 //!   a Redisson-style attempt.
 //! - The guard: one fencing token per lock, `is_held`, `lost` when one of
-//!   the locks is deleted, release and drop free every lock.
+//!   the locks is deleted, release and drop free every lock; a shutdown
+//!   gives every lock of a multi-guard back; the in-memory server runs it.
 
 use std::process::{Child, Stdio};
 use std::time::{Duration, Instant};
@@ -526,4 +527,62 @@ async fn the_guard_has_a_token_per_lock_one_lost_signal_and_frees_every_lock() {
     .await;
     assert!(freed.is_some(), "a dropped guard frees every lock");
     assert_eq!(client.renewing_count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_shutdown_gives_back_every_lock_of_a_multi_guard() {
+    let server = support::server();
+    let client = support::client_for(&server, 30_000);
+    let mut conn = raw(&server).await;
+    let guard = client
+        .multi_lock(["s:a", "s:b"])
+        .expect("names")
+        .acquire()
+        .await
+        .expect("acquire");
+    let report = client.shutdown(Duration::from_secs(5)).await;
+    assert!(report.is_complete(), "{report:?}");
+    let n: i64 = cmd(&mut conn, &["EXISTS", "s:a", "s:b"]).await;
+    assert_eq!(n, 0, "both locks given back by the shutdown");
+    assert!(!guard.is_held());
+    drop(guard);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_in_memory_server_runs_the_multi_lock() {
+    let server = lock_core::MemoryServer::new();
+    let client = LockClient::builder(server.url())
+        .watchdog_timeout(Duration::from_millis(600))
+        .build()
+        .expect("client");
+    let other = LockClient::builder(server.url()).build().expect("client");
+    let both = client.multi_lock(["m:x", "m:y"]).expect("names");
+    let guard = both.acquire().await.expect("acquire");
+    assert!(other
+        .multi_lock(["m:y", "m:z"])
+        .expect("names")
+        .try_acquire()
+        .await
+        .expect("try")
+        .is_none());
+    assert!(other
+        .lock("m:x")
+        .expect("name")
+        .try_acquire()
+        .await
+        .expect("try")
+        .is_none());
+    // a waiter is woken by the release (before the 600 ms lease runs out)
+    let waiter = tokio::spawn({
+        let m = other.multi_lock(["m:y", "m:x"]).expect("names");
+        async move { m.acquire_timeout(Duration::from_secs(5)).await }
+    });
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    assert!(!waiter.is_finished(), "renewed: still held");
+    guard.release().await.expect("release");
+    let theirs = support::within(Duration::from_secs(2), "woken", waiter)
+        .await
+        .expect("task")
+        .expect("acquire");
+    theirs.release().await.expect("release");
 }
