@@ -545,6 +545,7 @@ mod inspect;
 mod latch;
 mod lock;
 mod macro_leader;
+mod macro_multi;
 mod macro_permits;
 #[cfg(feature = "memory")]
 mod memory;
