@@ -2085,4 +2085,49 @@ fn the_comparison_can_fail() {
     );
     assert!(compare(Rule::SameToken, &two(1, 100), &two(1, 120), &mut t).is_ok());
     assert!(compare(Rule::PairTtl, &two(0, 5000), &two(0, -1), &mut t).is_err());
+    let ints = |v: &[i64]| Seen::Value(Value::Array(v.iter().map(|n| Value::Int(*n)).collect()));
+    assert!(compare(
+        Rule::Multi,
+        &ints(&[1, 300, 301]),
+        &ints(&[1, 310, 305]),
+        &mut t
+    )
+    .is_ok());
+    assert!(
+        compare(
+            Rule::Multi,
+            &ints(&[1, 302, 200]),
+            &ints(&[1, 320, 330]),
+            &mut t
+        )
+        .is_err(),
+        "a token did not grow"
+    );
+    assert!(
+        compare(Rule::Multi, &ints(&[1, 400]), &ints(&[1, 400, 401]), &mut t).is_err(),
+        "token counts"
+    );
+    assert!(compare(
+        Rule::Multi,
+        &ints(&[0, 5000, 2]),
+        &ints(&[0, 4990, 2]),
+        &mut t
+    )
+    .is_ok());
+    assert!(compare(
+        Rule::Multi,
+        &ints(&[0, 5000, 2]),
+        &ints(&[0, 5000, 1]),
+        &mut t
+    )
+    .is_err());
+    assert!(compare(
+        Rule::Multi,
+        &ints(&[0, 5000, 2]),
+        &ints(&[0, -1, 2]),
+        &mut t
+    )
+    .is_err());
+    assert!(compare(Rule::Multi, &ints(&[-2, 0, 0]), &ints(&[-2, 0, 0]), &mut t).is_ok());
+    assert!(compare(Rule::Multi, &ints(&[-2, 0, 0]), &ints(&[0, 0, 1]), &mut t).is_err());
 }
