@@ -117,7 +117,8 @@ impl MultiLock {
 
     /// One attempt, no waiting: `Ok(None)` when one of the locks is held
     /// (then none is taken). Returns within the client's
-    /// `connect_timeout + command_timeout` per slot group.
+    /// `connect_timeout + command_timeout` (every slot group's call
+    /// included), whatever Redis does.
     ///
     /// ```no_run
     /// # async fn demo(both: lock_core::MultiLock) -> lock_core::Result<()> {
