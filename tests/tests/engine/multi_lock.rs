@@ -11,7 +11,10 @@
 //!   conserved, nobody was ever inside an account with another, and every
 //!   child finished its transfers in bounded time (no deadlock: every
 //!   acquire has a wait bound, and a child that hits it fails). On one
-//!   server, and on a 3-primary cluster with the accounts in many slots.
+//!   server, and on a 3-primary cluster with the accounts in many slots
+//!   (there also: names in one slot and in several in one multi-lock, and
+//!   a Redisson holder of the later slot's name: the earlier slot's lock is
+//!   not held while the multi-lock waits, and DEL + SPUBLISH wakes it).
 //! - A Redisson-style `RLock` holder (HINCRBY + PEXPIRE by a raw
 //!   connection) on one of the names blocks the multi-lock, which takes
 //!   none of the others meanwhile; its unlock (DEL + PUBLISH 0 on the
@@ -360,6 +363,54 @@ async fn on_a_cluster_transfers_across_slots_never_deadlock_nor_lose_an_update()
         let n: i64 = observer.cmd(&["EXISTS", name]).await;
         assert_eq!(n, 0, "{name} released");
     }
+    // A Redisson holder (DEL + SPUBLISH 0 to unlock, as Redisson does on a
+    // cluster with sharded pub/sub) of the name in the later slot: the
+    // group of the earlier slot is taken, released, and not held while the
+    // multi-lock waits; the unlock wakes it.
+    let (early, late) = {
+        let (x, y) = ("w:{1}", "w:{2}");
+        let (sx, sy) = (
+            c.key_slot(x).unwrap_or_else(|e| panic!("{e}")),
+            c.key_slot(y).unwrap_or_else(|e| panic!("{e}")),
+        );
+        if sx < sy {
+            (x, y)
+        } else {
+            (y, x)
+        }
+    };
+    let _: i64 = observer.cmd(&["HINCRBY", late, "java-uuid:1", "1"]).await;
+    let _: i64 = observer.cmd(&["PEXPIRE", late, "30000"]).await;
+    let both = client.multi_lock([early, late]).expect("names");
+    assert_eq!(both.names(), [early, late], "taken in slot order");
+    let waiter = tokio::spawn(async move {
+        let guard = both
+            .acquire_timeout(Duration::from_secs(20))
+            .await
+            .expect("acquire");
+        (guard, Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!waiter.is_finished(), "blocked by the holder of {late}");
+    let held: i64 = observer.cmd(&["EXISTS", early]).await;
+    assert_eq!(held, 0, "{early} is not held while the multi-lock waits");
+    let unlocked = Instant::now();
+    let _: i64 = observer.cmd(&["DEL", late]).await;
+    let channel = format!("redisson_lock__channel:{late}");
+    let _: i64 = observer.cmd(&["SPUBLISH", &channel, "0"]).await;
+    let (guard, got_at) = crate::support::within(Duration::from_secs(5), "woken", waiter)
+        .await
+        .expect("task");
+    let woke = got_at.duration_since(unlocked);
+    assert!(
+        woke < Duration::from_secs(2),
+        "woken by the unlock: {woke:?}"
+    );
+    assert!(guard.is_held());
+    guard.release().await.expect("release");
+    eprintln!(
+        "multi-lock across two slots woken {woke:?} after a Redisson unlock (DEL + SPUBLISH)"
+    );
 }
 
 /// A Redisson `RLock.tryLock` by a raw connection (its lock script's
