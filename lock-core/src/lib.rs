@@ -545,12 +545,14 @@ mod inspect;
 mod latch;
 mod lock;
 mod macro_leader;
+mod macro_multi;
 mod macro_permits;
 #[cfg(feature = "memory")]
 mod memory;
 #[cfg(feature = "memory")]
 mod memory_server;
 mod metrics;
+mod multi_lock;
 mod options;
 mod protocol;
 mod rw_lock;
@@ -578,6 +580,7 @@ pub use latch::CountDownLatch;
 pub use lock::Lock;
 #[cfg(feature = "memory")]
 pub use memory_server::MemoryServer;
+pub use multi_lock::{MultiGuard, MultiLock};
 pub use options::{AcquireOptions, LockMode};
 pub use rw_lock::RwLock;
 pub use semaphore::{HeldPermit, PermitSemaphore, Permits, Semaphore, SemaphoreStatus};

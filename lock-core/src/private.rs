@@ -27,6 +27,10 @@ use crate::lock::Lock;
 pub use crate::macro_leader::{
     client_election, default_election, default_leader_value, leader_only, leader_value,
 };
+pub use crate::macro_multi::{
+    client_multi_lock, default_multi_lock, key_str, multi_locked, multi_locked_cancel_on_lost,
+    multi_locked_or_skip, multi_locked_or_skip_result,
+};
 pub use crate::macro_permits::{
     client_permits, default_permits, permitted, permitted_cancel_on_lost, permitted_or_skip,
     permitted_or_skip_result, PermitHandle,

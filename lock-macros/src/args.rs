@@ -1,4 +1,5 @@
-//! The attribute's arguments: `key = "..."`, `mode = "read"`, `permits = 4`,
+//! The attribute's arguments: `key = "..."` (or `key = ["...", "..."]`, a
+//! multi-lock), `mode = "read"`, `permits = 4`,
 //! `wait = "5s"`, `lease = "30s"`, `client = <expr>`, `skip_if_locked`,
 //! `cancel_on_lost`, `crate = "path"`.
 
@@ -55,7 +56,12 @@ pub(crate) struct PermitsArg {
 /// The parsed arguments of one `#[distributed_lock(...)]`.
 #[derive(Debug)]
 pub(crate) struct Args {
+    /// The key; with `key = [..]`, the first of the keys.
     pub(crate) key: KeyTemplate,
+    /// `key = ["a:{x}", "b:{y}", ..]`: the keys after the first (a
+    /// multi-lock of every key); empty for `key = "..."` and for a list of
+    /// one key (a lock like `key = "..."`).
+    pub(crate) more_keys: Vec<KeyTemplate>,
     /// `mode = "..."`; `Exclusive` when not given.
     pub(crate) kind: LockKind,
     /// `permits = N`; never together with `mode`.
@@ -74,7 +80,7 @@ pub(crate) struct Args {
 /// The options as they are read, before `key` is known to be there.
 #[derive(Default)]
 struct Partial {
-    key: Option<KeyTemplate>,
+    key: Option<Vec<KeyTemplate>>,
     kind: Option<LockKind>,
     /// The `mode` token, when given (to point at it when combined with `permits`).
     mode_name: Option<Ident>,
@@ -95,8 +101,8 @@ impl Parse for Args {
             let name = input.call(Ident::parse_any)?;
             match name.to_string().as_str() {
                 "key" => {
-                    let lit = value::<LitStr>(input)?;
-                    set_once(&mut partial.key, KeyTemplate::parse(&lit)?, &name)?;
+                    let keys = key_list(input)?;
+                    set_once(&mut partial.key, keys, &name)?;
                 }
                 "mode" => {
                     let kind = lock_kind(&value::<Expr>(input)?)?;
@@ -153,12 +159,30 @@ impl Parse for Args {
             }
             input.parse::<Token![,]>()?;
         }
-        let Some(key) = partial.key else {
+        let Some(mut keys) = partial.key else {
             return Err(syn::Error::new(
                 Span::call_site(),
                 "missing `key`: write #[distributed_lock(key = \"orders:{order_id}\")]",
             ));
         };
+        let key = keys.remove(0);
+        let more_keys = keys;
+        if !more_keys.is_empty() {
+            let other = partial
+                .permits
+                .as_ref()
+                .map(|p| &p.name)
+                .or(partial.mode_name.as_ref());
+            if let Some(other) = other {
+                return Err(syn::Error::new_spanned(
+                    other,
+                    format!(
+                        "`{other}` cannot be combined with several keys: `key = [..]` takes an \
+                         exclusive multi-lock of every key; remove `{other}` or use one key"
+                    ),
+                ));
+            }
+        }
         if let (Some(cancel), Some(_)) = (&partial.cancel_on_lost, &partial.skip_if_locked) {
             return Err(syn::Error::new_spanned(
                 cancel,
@@ -175,6 +199,7 @@ impl Parse for Args {
         }
         Ok(Args {
             key,
+            more_keys,
             kind: partial.kind.unwrap_or(LockKind::Exclusive),
             permits: partial.permits,
             wait: partial.wait,
@@ -214,6 +239,26 @@ pub(crate) fn crate_path(lit: &LitStr) -> syn::Result<Path> {
 pub(crate) fn value<T: Parse>(input: ParseStream<'_>) -> syn::Result<T> {
     input.parse::<Token![=]>()?;
     input.parse()
+}
+
+/// The value of `key`: `= "template"`, or `= ["template", ...]` (at least
+/// one; each a template).
+fn key_list(input: ParseStream<'_>) -> syn::Result<Vec<KeyTemplate>> {
+    input.parse::<Token![=]>()?;
+    if !input.peek(syn::token::Bracket) {
+        let lit = input.parse::<LitStr>()?;
+        return Ok(vec![KeyTemplate::parse(&lit)?]);
+    }
+    let content;
+    let brackets = syn::bracketed!(content in input);
+    let lits = content.parse_terminated(<LitStr as Parse>::parse, Token![,])?;
+    if lits.is_empty() {
+        return Err(syn::Error::new(
+            brackets.span.join(),
+            "`key = []` names no lock: give at least one key template",
+        ));
+    }
+    lits.iter().map(KeyTemplate::parse).collect()
 }
 
 /// Stores an option's value; a second occurrence is an error on its name.
@@ -474,5 +519,30 @@ mod tests {
                 .contains("cannot be combined with `skip_if_locked`")
         );
         assert!(err(quote::quote!(key = "a", timeout = "1s")).contains("`cancel_on_lost`"));
+    }
+
+    #[test]
+    fn a_list_of_keys_is_a_multi_lock() {
+        let args = parse(quote::quote!(
+            key = ["account:{from}", "account:{to}"],
+            wait = "2s"
+        ))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(args.key.lit.value(), "account:{from}");
+        assert_eq!(args.more_keys.len(), 1);
+        assert_eq!(args.more_keys[0].lit.value(), "account:{to}");
+        // a trailing comma; a list of one is a lock like `key = "..."`
+        let args = parse(quote::quote!(key = ["a", "b",])).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(args.more_keys.len(), 1);
+        let args = parse(quote::quote!(key = ["a"])).unwrap_or_else(|e| panic!("{e}"));
+        assert!(args.more_keys.is_empty());
+        assert!(err(quote::quote!(key = [])).contains("names no lock"));
+        assert!(err(quote::quote!(key = ["a", 1])).contains("expected string literal"));
+        assert!(err(quote::quote!(key = ["a", "{"])).contains("template"));
+        assert!(err(quote::quote!(key = ["a", "b"], mode = "read"))
+            .contains("`mode` cannot be combined with several keys"));
+        assert!(err(quote::quote!(key = ["a", "b"], permits = 2))
+            .contains("`permits` cannot be combined with several keys"));
+        assert!(err(quote::quote!(key = ["a", "b"], key = "c")).contains("duplicate option `key`"));
     }
 }

@@ -75,7 +75,21 @@ fn expand(args: TokenStream, func: &ItemFn) -> syn::Result<TokenStream> {
     };
     let mode = signature::mode(&func.sig, flags);
     let names = signature::argument_names(&func.sig);
-    let key = template_expr(&args.key, &private_path(&args), &names, &func.sig.ident);
+    let private = private_path(&args);
+    let key = if args.more_keys.is_empty() {
+        template_expr(&args.key, &private, &names, &func.sig.ident)
+    } else {
+        // `key = [..]`: the keys as one array of `&str`.
+        std::iter::once(&args.key)
+            .chain(&args.more_keys)
+            .map(|t| {
+                let expr = template_expr(t, &private, &names, &func.sig.ident)?;
+                let span = t.lit.span();
+                Ok(quote_spanned!(span=> #private::key_str(#expr)))
+            })
+            .collect::<syn::Result<Vec<_>>>()
+            .map(|keys| quote!(&[#(#keys),*]))
+    };
     match (mode, key) {
         (Ok(mode), Ok(key)) => Ok(build(func, &args, mode, key)),
         (Err(mut err), Err(key_err)) => {
@@ -187,8 +201,10 @@ fn build(func: &ItemFn, args: &Args, mode: Mode, key: TokenStream) -> TokenStrea
         LockKind::Write => Some(quote!(#private::LockMode::Write)),
     };
     let client = args.client.as_ref();
+    let multi = !args.more_keys.is_empty();
     let handle = match &args.permits {
         Some(permits) => permit_handle(&private, client, &key, permits.count),
+        None if multi => multi_handle(&private, client, &key),
         None => lock_handle(&private, client, &key, side),
     };
 
@@ -207,6 +223,12 @@ fn build(func: &ItemFn, args: &Args, mode: Mode, key: TokenStream) -> TokenStrea
     }
 
     let runner = match (mode, args.permits.is_some()) {
+        _ if multi => match mode {
+            Mode::Fail => quote!(multi_locked),
+            Mode::CancelOnLost => quote!(multi_locked_cancel_on_lost),
+            Mode::Skip => quote!(multi_locked_or_skip),
+            Mode::SkipResult => quote!(multi_locked_or_skip_result),
+        },
         (Mode::Fail, false) => quote!(locked),
         (Mode::CancelOnLost, false) => quote!(locked_cancel_on_lost),
         (Mode::Skip, false) => quote!(locked_or_skip),
@@ -294,6 +316,21 @@ fn lock_handle(
         }
         (None, None) => quote!(#private::default_lock(#key)),
         (None, Some(side)) => quote!(#private::default_rw_lock(#key, #side)),
+    }
+}
+
+/// `key = [..]`: the multi-lock of the keys (`keys`: an array of `&str`).
+fn multi_handle(
+    private: &TokenStream,
+    client: Option<&syn::Expr>,
+    keys: &TokenStream,
+) -> TokenStream {
+    match client {
+        Some(client) => {
+            let client = quote_spanned!(client.span()=> &(#client));
+            quote!(#private::client_multi_lock(#client, #keys))
+        }
+        None => quote!(#private::default_multi_lock(#keys)),
     }
 }
 
@@ -646,5 +683,53 @@ mod tests {
             let lit = syn::LitStr::new(template, Span::call_site());
             let _ = expand_str(quote!(key = #lit), item.clone());
         }
+    }
+
+    #[test]
+    fn a_list_of_keys_takes_a_multi_lock_of_every_key() {
+        let item = quote!(
+            async fn transfer(from: u32, to: u32) -> Result<(), E> {
+                Ok(())
+            }
+        );
+        for (options, runner) in [
+            (quote!(), "multi_locked ("),
+            (quote!(, cancel_on_lost), "multi_locked_cancel_on_lost ("),
+        ] {
+            let out = expand_str(
+                quote!(key = ["account:{from}", "account:{to}", "ledger"] #options),
+                item.clone(),
+            );
+            let p = ":: lock_core :: __private ::";
+            assert!(
+                out.contains(&format!(
+                    "{p} default_multi_lock (& [{p} key_str (& {p} format ! (\"account:{{}}\" , from)) , \
+                     {p} key_str (& {p} format ! (\"account:{{}}\" , to)) , {p} key_str (\"ledger\")])"
+                )),
+                "{out}"
+            );
+            assert!(out.contains(&format!("{p} {runner}")), "{out}");
+        }
+        let out = expand_str(
+            quote!(key = ["a", "b"], client = &self.locks, skip_if_locked),
+            quote!(
+                async fn job(&self) -> Option<u8> {
+                    None
+                }
+            ),
+        );
+        assert!(
+            out.contains("client_multi_lock (& (& self . locks) , & ["),
+            "{out}"
+        );
+        assert!(out.contains("multi_locked_or_skip ("), "{out}");
+        // an unknown name in any key is an error on its template
+        let out = expand_str(
+            quote!(key = ["a:{x}", "b:{nope}"]),
+            quote!(
+                async fn f(x: u8) {}
+            ),
+        );
+        assert!(out.contains("unknown name `nope`"), "{out}");
     }
 }

@@ -94,6 +94,7 @@ use proc_macro::TokenStream;
 /// | option | default | meaning |
 /// |---|---|---|
 /// | `key = "stock:{sku}"` | required | the lock's name, built from the arguments |
+/// | `key = ["account:{from}", "account:{to}"]` | | a multi-lock of every key, without deadlock |
 /// | `mode = "read"` / `"write"` | `"exclusive"` | a side of the read-write lock `key` instead of the exclusive lock |
 /// | `permits = 4` | off (a lock) | one permit of the expirable semaphore `key` of that many permits: up to 4 calls at once |
 /// | `wait = "5s"` | wait until acquired | give up after this long (`Error::WaitTimeout`) |
@@ -135,6 +136,33 @@ use proc_macro::TokenStream;
 ///     Ok(())
 /// }
 /// ```
+///
+/// ## `key = [..]`: several locks at once
+///
+/// A list of templates takes a multi-lock of every key
+/// ([`LockClient::multi_lock`]): all of them or none, the keys sorted (and
+/// deduplicated) so that two calls naming the same accounts in opposite
+/// orders never deadlock, each key a normal lock of that name (a Java
+/// `RLock` or a lock-core lock of one of the names excludes the call). The
+/// other options keep their meaning for the whole set: `wait` bounds the
+/// wait for all of them, `lease` is each lock's lease, `skip_if_locked`
+/// skips the body when one of them is held elsewhere, `cancel_on_lost`
+/// stops the body when one of them is lost (`Err(Lost)` naming it). A list
+/// of one key is the same as `key = "..."`; an empty list, and several keys
+/// with `mode` or `permits`, are compile errors. A multi-lock is never
+/// re-entered: a nested call over one of the keys waits like any other
+/// holder, and the body runs in no lock section.
+///
+/// ```no_run
+/// # use lock_core::distributed_lock;
+/// // "account:17" and "account:4", taken together, whatever the order
+/// #[distributed_lock(key = ["account:{from}", "account:{to}"], wait = "5s")]
+/// async fn transfer(from: u64, to: u64, cents: u64) -> lock_core::Result<()> {
+///     Ok(())
+/// }
+/// ```
+///
+/// [`LockClient::multi_lock`]: https://docs.rs/lock-core/latest/lock_core/struct.LockClient.html#method.multi_lock
 ///
 /// ## `mode`: read-write locks
 ///

@@ -10,6 +10,7 @@ mod attribute {
     mod macro_hold;
     mod macro_leader;
     mod macro_modes;
+    mod macro_multi;
     mod macro_permits;
     mod macros;
 }

@@ -25,6 +25,7 @@ mod engine {
     mod local_queue;
     mod lock_core;
     mod memory_backend;
+    mod multi_lock;
     mod redisson_rwlock;
     mod redisson_semaphore;
     mod rwlock;

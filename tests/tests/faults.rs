@@ -33,6 +33,7 @@ mod faults {
     mod failures;
     mod fault_proxy;
     mod lanes;
+    mod multi_cut_faults;
     mod no_wedge;
     mod release_once;
     mod rw_cut_faults;

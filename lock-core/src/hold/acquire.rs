@@ -79,7 +79,7 @@ impl Call {
 
 /// `bound`, or less when one of `ends` comes sooner; `None` when one of
 /// them has passed.
-fn limit_until(bound: Duration, ends: [Option<Instant>; 2]) -> Option<Duration> {
+pub(crate) fn limit_until(bound: Duration, ends: [Option<Instant>; 2]) -> Option<Duration> {
     let now = Instant::now();
     let limit = ends.into_iter().flatten().fold(bound, |limit, end| {
         limit.min(end.saturating_duration_since(now))
@@ -202,7 +202,11 @@ impl Target {
     /// [`Error::NotReplicated`] (or [`Error::Lost`] when it was gone
     /// already). A caller that stops waiting drops the guard: released as
     /// any dropped guard.
-    async fn confirm_on_replicas(&self, guard: OwnedCount, ack: ReplicaAck) -> Result<OwnedCount> {
+    pub(crate) async fn confirm_on_replicas(
+        &self,
+        guard: OwnedCount,
+        ack: ReplicaAck,
+    ) -> Result<OwnedCount> {
         let core = &self.engine.core;
         let started = Instant::now();
         let acknowledged = match core
@@ -1043,10 +1047,10 @@ impl Drop for Ticket {
 }
 
 /// Counts one running acquisition (see `LockClient::shutdown`).
-struct Running(Arc<Core>);
+pub(crate) struct Running(Arc<Core>);
 
 impl Running {
-    fn new(core: &Arc<Core>) -> Running {
+    pub(crate) fn new(core: &Arc<Core>) -> Running {
         core.acquiring.fetch_add(1, Ordering::SeqCst);
         Running(core.clone())
     }
@@ -1106,7 +1110,7 @@ fn conclude(got: Result<Got>, started: Instant) -> Result<Option<OwnedCount>> {
 /// The error of a wait that cannot hear unlock messages: Redis refused the
 /// subscription to the lock's channel (ACL). Waiting by polling instead
 /// would hide it.
-fn subscribe_denied(why: &str) -> Error {
+pub(crate) fn subscribe_denied(why: &str) -> Error {
     Error::Redis(redis::RedisError::from((
         redis::ErrorKind::Server(redis::ServerErrorKind::NoPerm),
         "cannot subscribe to the lock's unlock channel",

@@ -39,6 +39,7 @@ pub(crate) mod count;
 pub(crate) mod engine;
 pub(crate) mod eviction;
 pub(crate) mod ids;
+pub(crate) mod multi;
 pub(crate) mod permit_registry;
 pub(crate) mod permits;
 pub(crate) mod queue;

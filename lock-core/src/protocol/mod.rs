@@ -17,6 +17,7 @@ pub(crate) mod fenced;
 pub(crate) mod force_unlock;
 pub(crate) mod handoff;
 pub(crate) mod keys;
+pub(crate) mod multi_acquire;
 pub(crate) mod release;
 pub(crate) mod renew;
 mod script;
@@ -97,6 +98,8 @@ pub(crate) struct Scripts {
     /// An election's leader record and its read.
     pub(crate) leader_record: Script,
     pub(crate) leader_read: Script,
+    /// The multi-lock's grant: several locks of one slot, all or nothing.
+    pub(crate) multi_acquire: Script,
 }
 
 impl Scripts {
@@ -125,6 +128,7 @@ impl Scripts {
             fenced_del: fenced::script(fenced::bodies::DEL),
             leader_record: Script::new(include_str!("leader_record.lua")),
             leader_read: Script::new(include_str!("leader_read.lua")),
+            multi_acquire: Script::new(include_str!("multi_acquire.lua")),
         }
     }
 
@@ -184,6 +188,7 @@ mod tests {
             &s.fenced_del.sha,
             &s.leader_record.sha,
             &s.leader_read.sha,
+            &s.multi_acquire.sha,
         ];
         for sha in shas {
             assert_eq!(sha.len(), 40);
@@ -192,7 +197,7 @@ mod tests {
         let mut sorted: Vec<_> = shas.to_vec();
         sorted.sort();
         sorted.dedup();
-        assert_eq!(sorted.len(), 23);
+        assert_eq!(sorted.len(), 24);
     }
 
     #[test]

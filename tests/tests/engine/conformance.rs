@@ -37,6 +37,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use crate::support;
 
 mod election;
+mod multi;
 mod semaphore;
 
 const LEASE: &str = "30000";
@@ -45,7 +46,7 @@ const LATCH_MS: &str = "1000";
 const TTL_TOLERANCE_MS: i64 = 1_000;
 
 /// The protocol's scripts, by name, with their sources.
-const SCRIPTS: [(&str, &str); 19] = [
+const SCRIPTS: [(&str, &str); 20] = [
     (
         "acquire",
         include_str!("../../../lock-core/src/protocol/acquire.lua"),
@@ -122,6 +123,10 @@ const SCRIPTS: [(&str, &str); 19] = [
         "leader_read",
         include_str!("../../../lock-core/src/protocol/leader_read.lua"),
     ),
+    (
+        "multi_acquire",
+        include_str!("../../../lock-core/src/protocol/multi_acquire.lua"),
+    ),
 ];
 
 fn sha(script: &str) -> String {
@@ -157,6 +162,11 @@ enum Rule {
     /// A reading of the server clock in ms (a permit's expiry by
     /// `ZSCORE`): numbers within the TTL tolerance.
     ClockMs,
+    /// A multi-acquire's reply: `{1, token...}` (as many tokens on each
+    /// server, each as [`Rule::Token`] against the last step's, the
+    /// running token then their largest), `{0, pttl, i}` (`i` equal, the
+    /// PTTLs as [`Rule::Ttl`]), else equal.
+    Multi,
 }
 
 enum Step {
@@ -1516,6 +1526,11 @@ fn cases() -> Vec<(&'static str, Vec<Step>)> {
         s += 1;
         format!("conf:s{s}")
     }));
+    let mut m = 0;
+    table.extend(multi::cases(&mut || {
+        m += 1;
+        format!("conf:m{m}")
+    }));
     let mut l = 0;
     table.extend(election::cases(&mut || {
         l += 1;
@@ -1700,6 +1715,7 @@ fn compare(rule: Rule, memory: &Seen, real: &Seen, tokens: &mut Tokens) -> Resul
             tokens.real = rt;
             Ok(())
         }
+        Rule::Multi => compare_multi(memory, real, tokens),
         Rule::Ttl => match (memory, real) {
             (Seen::Value(Value::Int(a)), Seen::Value(Value::Int(b))) if ttls_agree(*a, *b) => {
                 Ok(())
@@ -1735,6 +1751,35 @@ fn compare(rule: Rule, memory: &Seen, real: &Seen, tokens: &mut Tokens) -> Resul
             }
             _ => Err("TIME readings differ".into()),
         },
+    }
+}
+
+/// [`Rule::Multi`].
+fn compare_multi(memory: &Seen, real: &Seen, tokens: &mut Tokens) -> Result<(), String> {
+    let ints = |s: &Seen| match s {
+        Seen::Value(Value::Array(items)) => items.iter().map(as_int).collect::<Option<Vec<i64>>>(),
+        _ => None,
+    };
+    let (Some(m), Some(r)) = (ints(memory), ints(real)) else {
+        return Err("not arrays of integers".into());
+    };
+    match (m.as_slice(), r.as_slice()) {
+        ([1, mt @ ..], [1, rt @ ..]) if mt.len() == rt.len() && !mt.is_empty() => {
+            for (a, b) in mt.iter().zip(rt) {
+                if *a <= tokens.memory || *b <= tokens.real {
+                    return Err("a token did not grow".into());
+                }
+                if (a - b).abs() > 60_000_000 {
+                    return Err("tokens more than a minute apart".into());
+                }
+            }
+            tokens.memory = mt.iter().copied().max().unwrap_or(tokens.memory);
+            tokens.real = rt.iter().copied().max().unwrap_or(tokens.real);
+            Ok(())
+        }
+        ([0, mp, mi], [0, rp, ri]) if mi == ri && ttls_agree(*mp, *rp) => Ok(()),
+        _ if m == r && m.first() != Some(&1) => Ok(()),
+        _ => Err("multi-acquire replies differ".into()),
     }
 }
 
@@ -2040,4 +2085,49 @@ fn the_comparison_can_fail() {
     );
     assert!(compare(Rule::SameToken, &two(1, 100), &two(1, 120), &mut t).is_ok());
     assert!(compare(Rule::PairTtl, &two(0, 5000), &two(0, -1), &mut t).is_err());
+    let ints = |v: &[i64]| Seen::Value(Value::Array(v.iter().map(|n| Value::Int(*n)).collect()));
+    assert!(compare(
+        Rule::Multi,
+        &ints(&[1, 300, 301]),
+        &ints(&[1, 310, 305]),
+        &mut t
+    )
+    .is_ok());
+    assert!(
+        compare(
+            Rule::Multi,
+            &ints(&[1, 302, 200]),
+            &ints(&[1, 320, 330]),
+            &mut t
+        )
+        .is_err(),
+        "a token did not grow"
+    );
+    assert!(
+        compare(Rule::Multi, &ints(&[1, 400]), &ints(&[1, 400, 401]), &mut t).is_err(),
+        "token counts"
+    );
+    assert!(compare(
+        Rule::Multi,
+        &ints(&[0, 5000, 2]),
+        &ints(&[0, 4990, 2]),
+        &mut t
+    )
+    .is_ok());
+    assert!(compare(
+        Rule::Multi,
+        &ints(&[0, 5000, 2]),
+        &ints(&[0, 5000, 1]),
+        &mut t
+    )
+    .is_err());
+    assert!(compare(
+        Rule::Multi,
+        &ints(&[0, 5000, 2]),
+        &ints(&[0, -1, 2]),
+        &mut t
+    )
+    .is_err());
+    assert!(compare(Rule::Multi, &ints(&[-2, 0, 0]), &ints(&[-2, 0, 0]), &mut t).is_ok());
+    assert!(compare(Rule::Multi, &ints(&[-2, 0, 0]), &ints(&[0, 0, 1]), &mut t).is_err());
 }
