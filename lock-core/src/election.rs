@@ -230,13 +230,21 @@ impl Election {
     /// - when the leadership is lost, drop (cancel) `work`'s future, pause
     ///   (from 100 ms, doubling up to 5 s while losses repeat) and
     ///   campaign again;
-    /// - when `work` ends, resign and return its output.
+    /// - when `work` ends while still leading, resign and return its
+    ///   output; when it ends after its leadership was lost (a fenced write
+    ///   refused, for one), its output is dropped and it campaigns again,
+    ///   as on any loss.
     ///
-    /// Campaigns that fail on a transient error (Redis away for a moment)
-    /// are retried after the same pause; other errors (the client shut
-    /// down, a refused name, missing ACL rights) end the loop. Work that
-    /// spawns tasks should stop them on
-    /// [`Leadership::cancellation_token`].
+    /// Campaigns that fail on a transient error (Redis or a cluster's
+    /// quorum away for a moment), on replicas not caught up
+    /// ([`Error::NotReplicated`]) or on a leadership lost at once are
+    /// retried after the same pause; other errors (the client shut down, a
+    /// refused name, missing ACL rights) end the loop. Work that spawns
+    /// tasks should stop them on [`Leadership::cancellation_token`].
+    ///
+    /// A leader's work must not wait for the election's own lock (a nested
+    /// `#[leader_only]` call on the same election, or `client.lock(name)`):
+    /// it would wait behind its own leadership.
     ///
     /// ```no_run
     /// # async fn demo(client: lock_core::LockClient) -> lock_core::Result<()> {
@@ -266,7 +274,7 @@ impl Election {
         loop {
             let leadership = match self.campaign(value.clone()).await {
                 Ok(leadership) => leadership,
-                Err(e) if e.is_transient() || e.is_lost() => {
+                Err(e) if campaign_again(&e) => {
                     tracing::warn!(election = %self.name(), error = %e, "campaign failed; trying again");
                     backoff = pause(backoff).await;
                     continue;
@@ -285,10 +293,20 @@ impl Election {
                     );
                 }
                 output = running => {
-                    if let Err(e) = leadership.resign().await {
-                        tracing::warn!(election = %self.name(), error = %e, "resigning after the work ended failed");
+                    // The work ended because its leadership went (a fenced
+                    // write refused, say) rather than by itself: a loss.
+                    if leadership.was_deposed() {
+                        tracing::warn!(
+                            election = %self.name(),
+                            term = leadership.term(),
+                            "the leader's work ended after its leadership was lost; campaigning again"
+                        );
+                    } else {
+                        if let Err(e) = leadership.resign().await {
+                            tracing::warn!(election = %self.name(), error = %e, "resigning after the work ended failed");
+                        }
+                        return Ok(output);
                     }
-                    return Ok(output);
                 }
             }
             drop(leadership);
@@ -353,6 +371,20 @@ impl Election {
             }),
         })
     }
+}
+
+/// Whether `run_as_leader` campaigns again after a campaign failed with
+/// `e`: Redis away for a moment (also a cluster without a quorum for a
+/// moment), replicas not caught up yet, or a leadership gone before its
+/// record was written.
+fn campaign_again(e: &Error) -> bool {
+    e.is_transient()
+        || e.is_lost()
+        || e.is_not_replicated()
+        || matches!(
+            e,
+            Error::Redis(r) if r.kind() == redis::ErrorKind::Server(redis::ServerErrorKind::ClusterDown)
+        )
 }
 
 /// Sleeps `backoff` plus up to half of it again (so that the losers of
@@ -425,9 +457,13 @@ impl Record {
             match self.write().await {
                 Ok(true) => {}
                 Ok(false) => {
-                    self.held
-                        .hold()
-                        .mark_gone("the leader record's refresh found the hold gone");
+                    // Not a loss when the leadership ended meanwhile (a
+                    // resign raced this refresh).
+                    if !stop.is_cancelled() && !self.held.hold().has_ended() {
+                        self.held
+                            .hold()
+                            .mark_gone("the leader record's refresh found the hold gone");
+                    }
                     return;
                 }
                 // Redis away for a moment: the next period tries again,
@@ -586,7 +622,9 @@ impl Leadership {
     }
 
     /// A token cancelled once the leadership ends (lost or resigned), for
-    /// the leader's spawned work. Each call returns a new token.
+    /// the leader's spawned work. Each call returns a new token, watched by
+    /// a small task until the leadership ends: call it once per piece of
+    /// work, inside a tokio runtime.
     ///
     /// ```no_run
     /// # async fn demo(election: lock_core::Election) -> lock_core::Result<()> {
@@ -622,6 +660,15 @@ impl Leadership {
     /// ```
     pub fn fence(&self) -> Fence {
         self.inner.held.fence()
+    }
+
+    /// Lost without a resign: not leading, and the hold not given back.
+    fn was_deposed(&self) -> bool {
+        let resigned = match self.inner.guard.lock() {
+            Ok(slot) => slot.is_none(),
+            Err(poisoned) => poisoned.into_inner().is_none(),
+        };
+        !resigned && !self.is_leader()
     }
 
     /// Steps down: the lock is released (its waiters and observers are
@@ -782,7 +829,9 @@ impl LeaderWatch {
     }
 
     /// The changes as a [`Stream`](futures_util::Stream) (the same as
-    /// calling [`changed`](Self::changed) in a loop).
+    /// calling [`changed`](Self::changed) in a loop); it ends after its
+    /// first error (the client shut down, Redis unreachable past the
+    /// usual bound of a command): observe again to go on.
     ///
     /// ```no_run
     /// # async fn demo(election: lock_core::Election) -> lock_core::Result<()> {
@@ -795,9 +844,16 @@ impl LeaderWatch {
     /// # Ok(()) }
     /// ```
     pub fn into_stream(self) -> impl futures_util::Stream<Item = Result<Option<Leader>>> + Send {
-        futures_util::stream::unfold(self, |mut watch| async move {
+        futures_util::stream::unfold(Some(self), |watch| async move {
+            let mut watch = watch?;
             let change = watch.changed().await;
-            Some((change, watch))
+            // An error `changed` would only give again (the client shut
+            // down, Redis away past the bound) is the stream's last item.
+            let next = match &change {
+                Err(_) => None,
+                Ok(_) => Some(watch),
+            };
+            Some((change, next))
         })
     }
 }

@@ -89,9 +89,18 @@ impl FencedScript {
 /// [`token`](Self::token) and have that resource refuse tokens lower than
 /// the highest it has seen.
 ///
-/// **A lost reply.** A fenced write is sent once and never retried: when
-/// its reply is lost (a time-out, a cut connection) the error says so and
-/// whether it was applied is unknown, as for any Redis write.
+/// **A lost reply.** A fenced write is applied at most once: lock-core
+/// never sends it again, and on a Redis Cluster (whose connections re-send
+/// a command after a lost reply) a request latch in the lock's slot turns
+/// a second copy into the error `LOCKCORE_FENCED_REPEAT` (an
+/// [`Error::Redis`]: it ran once, its reply was lost). When the reply is
+/// lost the error says so and whether the write was applied is unknown,
+/// as for any Redis write.
+///
+/// **Keys as given.** The keys are used as they are: the client's
+/// `key_prefix` is not added to them. A fence from a read side of a
+/// read-write lock is current while that read hold is (beside other
+/// readers): it fences against writers only.
 ///
 /// ```no_run
 /// # async fn demo(client: lock_core::LockClient) -> lock_core::Result<()> {
@@ -259,12 +268,27 @@ impl Fence {
             return Err(self.refused());
         }
         let field = self.keys.field(&self.hold.owner);
-        let cmd = fenced::call(script, &self.keys.lock, &field, keys, args);
+        // A cluster connection re-sends a command whose reply it lost
+        // (redis-rs's retries): a request latch makes a second copy a no-op.
+        // One server and Sentinel connections never re-send.
+        let latch = self.keys.latch(&core.request_id());
+        let call = fenced::FencedCall {
+            lock: &self.keys.lock,
+            field: &field,
+            latch: &latch,
+            latch_ms: if core.cluster { core.latch_ms() } else { 0 },
+            keys,
+            args,
+        };
+        let cmd = call.cmd(script);
         match core.run_script(script, &cmd).await {
             Ok(value) => T::from_redis_value(value).map_err(|e| Error::Redis(e.into())),
             Err(Error::Redis(e)) if fenced::is_refusal(&e) => {
-                // Redis says the hold is gone: its guards learn it now.
-                self.hold.mark_gone("a fenced write found the hold gone");
+                // Redis says the hold is gone: its guards learn it now
+                // (unless it was released meanwhile: not a loss).
+                if !self.hold.has_ended() {
+                    self.hold.mark_gone("a fenced write found the hold gone");
+                }
                 Err(self.refused())
             }
             Err(e) => Err(e),

@@ -195,7 +195,6 @@ impl Lock {
         }
     }
 
-    /// Every acquire method's way into the engine.
     /// A fresh hold, whatever the current lock context or section holds:
     /// never a re-entry (an election's campaign: two leaderships must never
     /// share one hold). `None` when the wait bound passed.
@@ -209,6 +208,7 @@ impl Lock {
         Ok(count.map(LockGuard::new))
     }
 
+    /// Every acquire method's way into the engine.
     async fn acquire_inner(&self, options: AcquireOptions) -> Result<Option<LockGuard>> {
         let reentrancy = self.reentrancy();
         let target = self.scoped_target(&reentrancy, options.section)?;

@@ -30,23 +30,43 @@ pub(crate) mod bodies {
     pub(crate) const DEL: &str = "return redis.call('del', KEYS[1])";
 }
 
-/// The `EVALSHA` of a fenced write: the lock and the hold's field first,
-/// then the caller's keys and arguments.
-pub(crate) fn call(script: &Script, lock: &str, field: &str, keys: &[&str], args: &[&str]) -> Cmd {
-    let bytes = lock.len()
-        + field.len()
-        + keys.iter().map(|k| k.len()).sum::<usize>()
-        + args.iter().map(|a| a.len()).sum::<usize>();
-    let mut cmd = script.evalsha_prefix(keys.len() + 1, keys.len() + args.len() + 2, bytes);
-    cmd.arg(lock);
-    for key in keys {
-        cmd.arg(*key);
+/// One fenced write: the lock and the hold's field, the call's request
+/// latch (`latch_ms` 0: none), then the caller's keys and arguments.
+pub(crate) struct FencedCall<'a> {
+    pub(crate) lock: &'a str,
+    pub(crate) field: &'a str,
+    pub(crate) latch: &'a str,
+    pub(crate) latch_ms: u64,
+    pub(crate) keys: &'a [&'a str],
+    pub(crate) args: &'a [&'a str],
+}
+
+impl FencedCall<'_> {
+    /// The `EVALSHA` of the write: `KEYS` = lock, latch, the caller's;
+    /// `ARGV` = field, latch lifetime, the caller's.
+    pub(crate) fn cmd(&self, script: &Script) -> Cmd {
+        let latch_ms = self.latch_ms.to_string();
+        let bytes = self.lock.len()
+            + self.field.len()
+            + self.latch.len()
+            + latch_ms.len()
+            + self.keys.iter().map(|k| k.len()).sum::<usize>()
+            + self.args.iter().map(|a| a.len()).sum::<usize>();
+        let mut cmd = script.evalsha_prefix(
+            self.keys.len() + 2,
+            self.keys.len() + self.args.len() + 4,
+            bytes,
+        );
+        cmd.arg(self.lock).arg(self.latch);
+        for key in self.keys {
+            cmd.arg(*key);
+        }
+        cmd.arg(self.field).arg(latch_ms);
+        for arg in self.args {
+            cmd.arg(*arg);
+        }
+        cmd
     }
-    cmd.arg(field);
-    for arg in args {
-        cmd.arg(*arg);
-    }
-    cmd
 }
 
 /// Whether `err` is `fenced.lua`'s refusal (the hold is gone).
@@ -59,12 +79,22 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_lock_and_field_come_first() {
+    fn the_lock_latch_and_field_come_first() {
         let script = script("return 7");
-        let cmd = call(&script, "lock", "owner:1", &["k"], &["a", "b"]);
-        let args = super::super::test_support::args(&cmd);
+        let call = FencedCall {
+            lock: "lock",
+            field: "owner:1",
+            latch: "latch",
+            latch_ms: 0,
+            keys: &["k"],
+            args: &["a", "b"],
+        };
+        let args = super::super::test_support::args(&call.cmd(&script));
         assert_eq!(args[0], "EVALSHA");
-        assert_eq!(&args[2..], ["2", "lock", "k", "owner:1", "a", "b"]);
+        assert_eq!(
+            &args[2..],
+            ["3", "lock", "latch", "k", "owner:1", "0", "a", "b"]
+        );
     }
 
     #[test]

@@ -608,6 +608,57 @@ async fn a_campaign_inside_a_lock_context_never_re_enters_a_leadership() {
     .await;
 }
 
+#[tokio::test]
+async fn run_as_leader_campaigns_again_when_its_work_ends_on_a_refused_fenced_write() {
+    let e = env(30_000);
+    let mut conn = raw(&e.server).await;
+    let election = e.client.election("elect:refused").expect("name");
+    let runs = Arc::new(AtomicUsize::new(0));
+    let job = tokio::spawn({
+        let (election, runs) = (election.clone(), runs.clone());
+        async move {
+            election
+                .run_as_leader("a", move |leadership| {
+                    let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
+                    async move {
+                        if run > 1 {
+                            return "second run";
+                        }
+                        // the first run writes until a write is refused
+                        for _ in 0..500 {
+                            if leadership
+                                .fence()
+                                .incr_by("elect:refused:n", 1)
+                                .await
+                                .is_err()
+                            {
+                                return "refused";
+                            }
+                            tokio::time::sleep(Duration::from_millis(10)).await;
+                        }
+                        "never refused"
+                    }
+                })
+                .await
+        }
+    });
+    eventually(Duration::from_secs(5), || {
+        let runs = runs.clone();
+        async move { runs.load(Ordering::SeqCst) == 1 }
+    })
+    .await
+    .expect("the first run started");
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // The lock goes behind the leader's back (long before its next renewal).
+    let _: i64 = cmd(&mut conn, &["DEL", "elect:refused"]).await;
+    let out = within(Duration::from_secs(10), "run_as_leader", job)
+        .await
+        .expect("task")
+        .expect("run");
+    assert_eq!(out, "second run", "the deposed work's output is dropped");
+    assert_eq!(runs.load(Ordering::SeqCst), 2);
+}
+
 // ------------------------------------------------------- Redis under a holder
 
 #[tokio::test]

@@ -93,6 +93,18 @@ async fn fenced_writes_with_the_locks_tag_succeed_and_other_slots_are_refused_be
         .await,
         vec!["buyer-7".to_string()]
     );
+    // On a cluster each fenced write leaves its request latch in the lock's
+    // slot (a copy re-sent by the cluster connection is then refused).
+    let node = c.nodes().iter().find(|n| {
+        matches!(
+            n.command(&["KEYS", "redisson_unlock_latch:stock:{sku-42}:*"]),
+            Ok(lock_tests::RespValue::Array(Some(keys))) if !keys.is_empty()
+        )
+    });
+    assert!(
+        node.is_some(),
+        "a fenced write's request latch in the lock's slot"
+    );
 
     // a key of another slot: refused before any call
     tokio::time::sleep(Duration::from_millis(50)).await;

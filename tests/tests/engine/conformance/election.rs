@@ -48,21 +48,39 @@ pub(super) fn cases(name: &mut dyn FnMut() -> String) -> Vec<(&'static str, Vec<
     // ---- fenced.lua ----
     let k = K::new(&name());
     let key = format!("{}:stock", k.lock);
+    let latch = k.latch("f-1");
     let incr = fenced("return redis.call('incrby', KEYS[1], ARGV[1])");
     let echo = fenced("return {KEYS[1], KEYS[2], ARGV[1], #KEYS, #ARGV}");
     table.push((
         "fenced: the body runs with its own KEYS and ARGV while the hold's field is in the lock; refused with LOCKCORE_FENCED (nothing written) when it is not, or when the lock is gone",
         vec![
             cmd(&["HSET", &k.lock, "c1:1", "1"]),
-            eval(&incr, &[&k.lock, &key], &["c1:1", "5"]),
-            eval(&incr, &[&k.lock, &key], &["c1:1", "-2"]),
-            eval(&echo, &[&k.lock, "a", "b"], &["c1:1", "x"]),
-            eval(&fenced("return nil"), &[&k.lock], &["c1:1"]),
-            eval(&fenced("return redis.error_reply('MINE no')"), &[&k.lock], &["c1:1"]),
-            eval(&incr, &[&k.lock, &key], &["c2:1", "100"]),
+            eval(&incr, &[&k.lock, &latch, &key], &["c1:1", "0", "5"]),
+            eval(&incr, &[&k.lock, &latch, &key], &["c1:1", "0", "-2"]),
+            eval(&echo, &[&k.lock, &latch, "a", "b"], &["c1:1", "0", "x"]),
+            eval(&fenced("return nil"), &[&k.lock, &latch], &["c1:1", "0"]),
+            eval(&fenced("return redis.error_reply('MINE no')"), &[&k.lock, &latch], &["c1:1", "0"]),
+            eval(&incr, &[&k.lock, &latch, &key], &["c2:1", "0", "100"]),
             cmd(&["GET", &key]),
+            cmd(&["EXISTS", &latch]),
             cmd(&["DEL", &k.lock]),
-            eval(&incr, &[&k.lock, &key], &["c1:1", "100"]),
+            eval(&incr, &[&k.lock, &latch, &key], &["c1:1", "0", "100"]),
+            cmd(&["GET", &key]),
+        ],
+    ));
+    let k = K::new(&name());
+    let key = format!("{}:stock", k.lock);
+    let (first, second) = (k.latch("f-1"), k.latch("f-2"));
+    table.push((
+        "fenced with a request latch (a cluster's): the first copy applies and sets the latch, a re-sent copy answers LOCKCORE_FENCED_REPEAT and writes nothing; a refused write sets no latch",
+        vec![
+            cmd(&["HSET", &k.lock, "c1:1", "1"]),
+            eval(&incr, &[&k.lock, &first, &key], &["c1:1", "60000", "5"]),
+            ruled(Rule::Ttl, &["PTTL", &first]),
+            eval(&incr, &[&k.lock, &first, &key], &["c1:1", "60000", "5"]),
+            cmd(&["GET", &key]),
+            eval(&incr, &[&k.lock, &second, &key], &["c9:1", "60000", "5"]),
+            cmd(&["EXISTS", &second]),
             cmd(&["GET", &key]),
         ],
     ));
