@@ -553,6 +553,7 @@ mod memory_server;
 mod metrics;
 mod options;
 mod protocol;
+mod redlock;
 mod rw_lock;
 mod semaphore;
 mod shutdown;
@@ -579,6 +580,7 @@ pub use lock::Lock;
 #[cfg(feature = "memory")]
 pub use memory_server::MemoryServer;
 pub use options::{AcquireOptions, LockMode};
+pub use redlock::{Redlock, RedlockGuard, RedlockLock};
 pub use rw_lock::RwLock;
 pub use semaphore::{HeldPermit, PermitSemaphore, Permits, Semaphore, SemaphoreStatus};
 pub use shutdown::ShutdownReport;
