@@ -34,6 +34,7 @@ mod faults {
     mod fault_proxy;
     mod lanes;
     mod no_wedge;
+    mod redlock;
     mod release_once;
     mod rw_cut_faults;
     mod rw_faults;

@@ -1,0 +1,586 @@
+//! Redlock over five independent redis-servers: majority acquisition and
+//! exclusion, two servers killed, three killed (no majority: a clean
+//! failure), one server partitioned (the fault proxy's black hole, a late
+//! grant delivered on heal), the holder cut off from every server past its
+//! validity; and the acquire latency against a single server (printed,
+//! `--nocapture`).
+//!
+//! Safety is judged by an independent observer on a SEPARATE redis-server
+//! reached with a raw connection: the "inside" counter (never two inside)
+//! and a fenced resource that accepts a write only when the writer's
+//! per-server token vector does not go back on any server it shares with
+//! the last accepted one (`RedlockGuard::supersedes`' rule, written again
+//! in Lua here).
+
+use std::time::Duration;
+
+use crate::support::{self, cmd, raw, within, Inside};
+use lock_core::{LockClient, Redlock, RedlockGuard};
+use lock_tests::{FaultProxy, RedisServer};
+use tokio::time::Instant;
+
+const SERVERS: usize = 5;
+
+/// The fenced resource: `KEYS[1]` a hash of the last accepted token per
+/// server (`s<i>`) and counters; `ARGV` the writer's tokens, `""` where it
+/// holds nothing. Accepted (1) when nothing was accepted yet, or when the
+/// two vectors share a server and the new one is lower on none of them;
+/// refused (0) otherwise, counted in `refused`.
+const FENCED_WRITE: &str = r"
+local shared, stored = 0, 0
+for i = 1, #ARGV do
+    local old = redis.call('HGET', KEYS[1], 's' .. i)
+    if old then
+        stored = stored + 1
+        if ARGV[i] ~= '' then
+            if tonumber(ARGV[i]) < tonumber(old) then
+                redis.call('HINCRBY', KEYS[1], 'refused', 1)
+                return 0
+            end
+            shared = shared + 1
+        end
+    end
+end
+if stored > 0 and shared == 0 then
+    redis.call('HINCRBY', KEYS[1], 'refused', 1)
+    return 0
+end
+for i = 1, #ARGV do
+    redis.call('HDEL', KEYS[1], 's' .. i)
+    if ARGV[i] ~= '' then
+        redis.call('HSET', KEYS[1], 's' .. i, ARGV[i])
+    end
+end
+redis.call('HINCRBY', KEYS[1], 'accepted', 1)
+return 1
+";
+
+/// The observer's side: the inside counter and the fenced resource, both
+/// on the observer's own redis-server.
+#[derive(Clone)]
+struct Observer {
+    inside: Inside,
+    conn: redis::aio::MultiplexedConnection,
+    key: String,
+    script: redis::Script,
+}
+
+impl Observer {
+    async fn new(server: &RedisServer, name: &str) -> Observer {
+        let inside = Inside::new(server, name).await;
+        let mut conn = raw(server).await;
+        let key = format!("observer:fenced:{name}");
+        let _: () = cmd(&mut conn, &["DEL", &key]).await;
+        Observer {
+            inside,
+            conn,
+            key,
+            script: redis::Script::new(FENCED_WRITE),
+        }
+    }
+
+    /// A fenced write with `tokens`: accepted or refused by the resource.
+    async fn write(&mut self, tokens: &[Option<u64>]) -> bool {
+        let mut invocation = self.script.key(&self.key);
+        for t in tokens {
+            invocation.arg(t.map(|t| t.to_string()).unwrap_or_default());
+        }
+        let accepted: i64 = invocation
+            .invoke_async(&mut self.conn)
+            .await
+            .expect("fenced write");
+        accepted == 1
+    }
+
+    async fn counter(&mut self, field: &str) -> i64 {
+        let n: Option<i64> = cmd(&mut self.conn, &["HGET", &self.key, field]).await;
+        n.unwrap_or(0)
+    }
+
+    /// One critical section: inside, one fenced write, out. Returns
+    /// whether it was alone inside and whether its write was accepted.
+    async fn section(&mut self, guard: &RedlockGuard) -> (bool, bool) {
+        let alone = self.inside.enter().await;
+        let accepted = self.write(guard.fencing_tokens()).await;
+        self.inside.leave().await;
+        (alone, accepted)
+    }
+}
+
+fn servers(n: usize) -> Vec<RedisServer> {
+    (0..n).map(|_| support::server()).collect()
+}
+
+fn client(url: String, watchdog: Duration) -> LockClient {
+    LockClient::builder(url)
+        .watchdog_timeout(watchdog)
+        .command_timeout(Duration::from_millis(500))
+        .connect_timeout(Duration::from_millis(500))
+        .build()
+        .unwrap_or_else(|e| panic!("client: {e}"))
+}
+
+/// A Redlock over `urls`, one fresh client each.
+fn redlock(urls: &[String], watchdog: Duration) -> Redlock {
+    Redlock::new(urls.iter().map(|u| client(u.clone(), watchdog)))
+        .expect("redlock")
+        .per_server_timeout(Duration::from_millis(150))
+        .retry_delay(Duration::from_millis(60))
+}
+
+fn urls(servers: &[RedisServer]) -> Vec<String> {
+    servers.iter().map(RedisServer::url).collect()
+}
+
+/// The servers (by index) where the lock key `name` exists, read with raw
+/// connections; dead ones are skipped.
+async fn holding(servers: &[RedisServer], skip: &[usize], name: &str) -> Vec<usize> {
+    let mut found = Vec::new();
+    for (i, s) in servers.iter().enumerate() {
+        if skip.contains(&i) {
+            continue;
+        }
+        let mut conn = raw(s).await;
+        let n: i64 = cmd(&mut conn, &["EXISTS", name]).await;
+        if n > 0 {
+            found.push(i);
+        }
+    }
+    found
+}
+
+fn percentile(sorted: &[Duration], p: f64) -> Duration {
+    let at = ((sorted.len() as f64 - 1.0) * p).round() as usize;
+    sorted[at.min(sorted.len() - 1)]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn majority_acquire_and_exclusion_between_two_redlock_clients() {
+    let five = servers(SERVERS);
+    let observer_server = support::server();
+    let urls = urls(&five);
+    let a = redlock(&urls, Duration::from_secs(2));
+    let b = redlock(&urls, Duration::from_secs(2));
+    assert_eq!(a.quorum(), 3);
+    let observer = Observer::new(&observer_server, "exclusion").await;
+
+    // A guard is a majority of real holds: read on the servers themselves.
+    let guard = within(
+        Duration::from_secs(5),
+        "first acquire",
+        a.lock("job").expect("name").acquire(),
+    )
+    .await
+    .expect("acquire");
+    assert!(guard.is_held());
+    let held_on = holding(&five, &[], "job").await;
+    assert!(held_on.len() >= 3, "held on {held_on:?}");
+    assert_eq!(
+        guard.fencing_tokens().iter().flatten().count(),
+        guard.valid_holds()
+    );
+    let other = b
+        .lock("job")
+        .expect("name")
+        .try_acquire()
+        .await
+        .expect("try");
+    assert!(other.is_none(), "a second Redlock client got a held lock");
+    guard.release().await.expect("release");
+    assert_eq!(holding(&five, &[], "job").await, Vec::<usize>::new());
+
+    // Two clients, two tasks each, competing.
+    const ROUNDS: usize = 12;
+    let started = Instant::now();
+    let mut tasks = Vec::new();
+    for (c, redlock) in [a.clone(), a, b.clone(), b].into_iter().enumerate() {
+        let mut observer = observer.clone();
+        tasks.push(tokio::spawn(async move {
+            let lock = redlock.lock("job").expect("name");
+            let mut entered = 0;
+            for _ in 0..ROUNDS {
+                let guard = lock
+                    .acquire_timeout(Duration::from_secs(20))
+                    .await
+                    .unwrap_or_else(|e| panic!("task {c}: {e}"));
+                assert!(guard.remaining() > Duration::from_millis(200));
+                let (alone, accepted) = observer.section(&guard).await;
+                assert!(alone, "task {c}: two inside");
+                assert!(accepted, "task {c}: fenced write refused");
+                guard.release().await.expect("release");
+                entered += 1;
+            }
+            entered
+        }));
+    }
+    let mut total = 0;
+    for t in tasks {
+        total += within(Duration::from_secs(90), "contenders", t)
+            .await
+            .expect("task");
+    }
+    let mut observer = observer;
+    assert_eq!(total, 4 * ROUNDS);
+    assert_eq!(observer.inside.violations().await, 0);
+    assert_eq!(observer.counter("refused").await, 0);
+    assert_eq!(observer.counter("accepted").await, (4 * ROUNDS) as i64);
+    println!(
+        "redlock exclusion: {} sections by 2 clients x 2 tasks on 5 servers in {:?}, 0 overlaps",
+        total,
+        started.elapsed()
+    );
+    // released everywhere
+    let left = support::eventually(Duration::from_secs(3), || async {
+        holding(&five, &[], "job").await.is_empty()
+    })
+    .await;
+    assert!(left.is_some(), "lock keys left after every release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_servers_killed_still_acquires_with_three() {
+    let mut five = servers(SERVERS);
+    let urls = urls(&five);
+    let a = redlock(&urls, Duration::from_secs(2));
+    let b = redlock(&urls, Duration::from_secs(2));
+    five[1].kill();
+    five[3].kill();
+
+    let lock = a.lock("k2").expect("name");
+    let started = Instant::now();
+    let guard = within(Duration::from_secs(5), "acquire with 3", lock.acquire())
+        .await
+        .expect("3 of 5 is a majority");
+    println!(
+        "redlock with 2 of 5 servers dead: acquired in {:?}",
+        started.elapsed()
+    );
+    assert_eq!(guard.valid_holds(), 3);
+    assert_eq!(guard.fencing_tokens()[1], None);
+    assert_eq!(guard.fencing_tokens()[3], None);
+    assert_eq!(holding(&five, &[1, 3], "k2").await, vec![0, 2, 4]);
+    // the other client is excluded by the three
+    let other = b
+        .lock("k2")
+        .expect("name")
+        .try_acquire()
+        .await
+        .expect("try");
+    assert!(other.is_none());
+    // held across renewals (watchdog 2 s, renewed every ~667 ms)
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(guard.is_held(), "renewals keep the three");
+    guard.release().await.expect("release");
+    assert!(holding(&five, &[1, 3], "k2").await.is_empty());
+    let again = b
+        .lock("k2")
+        .expect("name")
+        .try_acquire()
+        .await
+        .expect("try");
+    let again = again.expect("free after release");
+    again.release().await.expect("release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn three_servers_killed_fails_cleanly_and_holds_nothing() {
+    let mut five = servers(SERVERS);
+    let urls = urls(&five);
+    let a = redlock(&urls, Duration::from_secs(2));
+    for i in [0, 2, 4] {
+        five[i].kill();
+    }
+    let lock = a.lock("k3").expect("name");
+    for (what, bound) in [
+        ("acquire", None),
+        ("acquire_timeout", Some(Duration::from_secs(2))),
+    ] {
+        let started = Instant::now();
+        let result = within(Duration::from_secs(5), what, async {
+            match bound {
+                None => lock.acquire().await,
+                Some(b) => lock.acquire_timeout(b).await,
+            }
+        })
+        .await;
+        let err = result.expect_err("no majority");
+        println!(
+            "redlock with 3 of 5 dead, {what}: failed in {:?}: {err}",
+            started.elapsed()
+        );
+        assert!(err.is_no_quorum(), "{err:?}");
+        let text = err.to_string();
+        assert!(text.contains("only 2 of 5 servers answered"), "{text}");
+        assert!(text.contains("majority is 3"), "{text}");
+        assert!(text.contains("nothing is held"), "{text}");
+        // nothing left on the two live servers
+        assert!(holding(&five, &[0, 2, 4], "k3").await.is_empty());
+    }
+    let err = lock.try_acquire().await.expect_err("no majority");
+    assert!(err.is_no_quorum());
+    assert!(holding(&five, &[0, 2, 4], "k3").await.is_empty());
+    assert_eq!(a.clients()[1].renewing_count(), 0);
+    assert_eq!(a.clients()[3].renewing_count(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_partitioned_server_and_its_late_grant() {
+    let five = servers(SERVERS);
+    let observer_server = support::server();
+    let proxies: Vec<FaultProxy> = five
+        .iter()
+        .map(|s| FaultProxy::start(s.addr()).expect("proxy"))
+        .collect();
+    let proxied: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
+    let a = redlock(&proxied, Duration::from_secs(2));
+    let b = redlock(&urls(&five), Duration::from_secs(2));
+    let mut observer = Observer::new(&observer_server, "partition").await;
+    // connections up first, so that the black hole holds an acquire back
+    a.lock("warm")
+        .expect("name")
+        .acquire()
+        .await
+        .expect("warm")
+        .release()
+        .await
+        .expect("warm");
+
+    proxies[0].black_hole();
+    let started = Instant::now();
+    let guard = within(
+        Duration::from_secs(5),
+        "acquire with one partitioned",
+        a.lock("p").expect("name").acquire(),
+    )
+    .await
+    .expect("4 of 5");
+    let took = started.elapsed();
+    println!("redlock with 1 of 5 partitioned: acquired in {took:?} (per-server bound 150 ms)");
+    assert!(took < Duration::from_secs(1), "{took:?}");
+    assert_eq!(guard.valid_holds(), 4);
+    assert_eq!(guard.fencing_tokens()[0], None);
+    let (alone, accepted) = observer.section(&guard).await;
+    assert!(alone && accepted);
+    let other = b.lock("p").expect("name").try_acquire().await.expect("try");
+    assert!(other.is_none(), "b took a lock held on 4 of 5");
+
+    // Heal: the acquire held back reaches server 0 late; its client
+    // cancels it (or releases the late grant). Server 0 must not keep it.
+    proxies[0].heal();
+    let cleared = support::eventually(Duration::from_secs(4), || async {
+        holding(&five, &[], "p").await == vec![1, 2, 3, 4]
+    })
+    .await;
+    assert!(
+        cleared.is_some(),
+        "late grant kept on server 0: {:?}",
+        holding(&five, &[], "p").await
+    );
+    assert!(guard.is_held());
+    guard.release().await.expect("release");
+    let gone = support::eventually(Duration::from_secs(3), || async {
+        holding(&five, &[], "p").await.is_empty()
+    })
+    .await;
+    assert!(gone.is_some(), "left: {:?}", holding(&five, &[], "p").await);
+    let next = b
+        .lock("p")
+        .expect("name")
+        .acquire_timeout(Duration::from_secs(3))
+        .await
+        .expect("free after release");
+    let (alone, accepted) = observer.section(&next).await;
+    assert!(alone && accepted);
+    next.release().await.expect("release");
+    assert_eq!(observer.inside.violations().await, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn holder_cut_off_past_validity_loses_by_its_deadline() {
+    let five = servers(SERVERS);
+    let observer_server = support::server();
+    // A reaches every server through a proxy; B directly.
+    let proxies: Vec<FaultProxy> = five
+        .iter()
+        .map(|s| FaultProxy::start(s.addr()).expect("proxy"))
+        .collect();
+    let proxied: Vec<String> = proxies.iter().map(FaultProxy::url).collect();
+    let watchdog = Duration::from_millis(1200);
+    let a = redlock(&proxied, watchdog);
+    let b = redlock(&urls(&five), watchdog);
+    let observer = Observer::new(&observer_server, "cut-off").await;
+
+    let guard = a.lock("w").expect("name").acquire().await.expect("a");
+    let tokens_a = guard.fencing_tokens().to_vec();
+    let guard = std::sync::Arc::new(guard);
+
+    // A works while its validity leaves room for a step (100 ms): the
+    // discipline the guard's deadline asks for.
+    let worker = {
+        let guard = guard.clone();
+        let mut observer = observer.clone();
+        tokio::spawn(async move {
+            let mut sections = 0u32;
+            let mut last_inside = None;
+            let end = Instant::now() + Duration::from_secs(10);
+            while Instant::now() < end {
+                if guard.remaining() < Duration::from_millis(100) {
+                    break;
+                }
+                let (alone, accepted) = observer.section(&guard).await;
+                assert!(alone, "A saw someone inside");
+                assert!(accepted, "A's fenced write refused while valid");
+                last_inside = Some(Instant::now());
+                sections += 1;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            (sections, last_inside)
+        })
+    };
+    let lost_at = {
+        let guard = guard.clone();
+        tokio::spawn(async move {
+            guard.lost().await;
+            Instant::now()
+        })
+    };
+    // renewals happen while connected
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    assert!(guard.is_held(), "renewed past one lease");
+
+    // Cut A off from every server (as a paused process: nothing it sends
+    // arrives); B competes.
+    let remaining_at_cut = guard.remaining();
+    let cut_at = Instant::now();
+    for p in &proxies {
+        p.black_hole();
+    }
+    let b_lock = b.lock("w").expect("name");
+    let b_guard = within(
+        Duration::from_secs(8),
+        "b acquires",
+        b_lock.acquire_timeout(Duration::from_secs(6)),
+    )
+    .await
+    .expect("b acquires once A's keys expired");
+    let b_at = Instant::now();
+    let mut b_observer = observer.clone();
+    let (alone, accepted) = b_observer.section(&b_guard).await;
+    assert!(alone, "B entered while A was inside");
+    assert!(accepted, "B's fenced write refused");
+
+    let lost_at = within(Duration::from_secs(1), "A's lost()", lost_at)
+        .await
+        .expect("task");
+    let (sections, last_inside) = within(Duration::from_secs(1), "A's worker", worker)
+        .await
+        .expect("worker");
+    assert!(!guard.is_held());
+    let lost_after = lost_at - cut_at;
+    println!(
+        "redlock holder cut off: {sections} sections; remaining at cut {remaining_at_cut:?}, \
+         lost() after {lost_after:?}, B acquired {:?} after the cut, {:?} after A's lost()",
+        b_at - cut_at,
+        b_at.saturating_duration_since(lost_at)
+    );
+    assert!(
+        lost_after <= remaining_at_cut + Duration::from_millis(50),
+        "lost() late: {lost_after:?} > {remaining_at_cut:?}"
+    );
+    assert!(lost_at < b_at, "B held while A's guard still said held");
+    if let Some(last) = last_inside {
+        assert!(last < b_at);
+    }
+
+    // A, resuming with its old tokens (a paused process's late write):
+    // the fenced resource refuses it.
+    let mut late = observer.clone();
+    assert!(
+        !late.write(&tokens_a).await,
+        "a stale holder's write accepted"
+    );
+    assert_eq!(late.counter("refused").await, 1);
+    assert_eq!(late.inside.violations().await, 0);
+
+    for p in &proxies {
+        p.heal();
+    }
+    let guard = std::sync::Arc::into_inner(guard).expect("one owner");
+    let err = guard.release().await.expect_err("A lost it");
+    assert!(err.is_lost(), "{err:?}");
+    // A's release did not touch B's holds
+    assert!(b_guard.is_held());
+    assert!(holding(&five, &[], "w").await.len() >= 3);
+    b_guard.release().await.expect("b release");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acquire_latency_against_one_server() {
+    const N: usize = 200;
+    let five = servers(SERVERS);
+    let urls = urls(&five);
+    let single = client(urls[0].clone(), Duration::from_secs(30));
+    let r5 = redlock(&urls, Duration::from_secs(30));
+    let r3 = redlock(&urls[..3], Duration::from_secs(30));
+
+    async fn measure<F, Fut>(mut one: F) -> Vec<Duration>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = Duration>,
+    {
+        // warm-up: connections and script loads
+        for _ in 0..5 {
+            one().await;
+        }
+        let mut v = Vec::with_capacity(N);
+        for _ in 0..N {
+            v.push(one().await);
+        }
+        v.sort();
+        v
+    }
+    let lock = single.lock("lat").expect("name");
+    let one_server = within(
+        Duration::from_secs(60),
+        "single",
+        measure(|| {
+            let lock = lock.clone();
+            async move {
+                let t = Instant::now();
+                let g = lock.acquire().await.expect("acquire");
+                let took = t.elapsed();
+                g.release().await.expect("release");
+                took
+            }
+        }),
+    )
+    .await;
+    let mut lines = vec![("1 server (LockClient)", one_server)];
+    for (what, rl) in [("Redlock 3 servers", &r3), ("Redlock 5 servers", &r5)] {
+        let lock = rl.lock("lat").expect("name");
+        let v = within(
+            Duration::from_secs(60),
+            what,
+            measure(|| {
+                let lock = lock.clone();
+                async move {
+                    let t = Instant::now();
+                    let g = lock.acquire().await.expect("acquire");
+                    let took = t.elapsed();
+                    g.release().await.expect("release");
+                    took
+                }
+            }),
+        )
+        .await;
+        lines.push((what, v));
+    }
+    for (what, v) in &lines {
+        println!(
+            "acquire latency, {what}: p50 {:?} p99 {:?} max {:?} over {N}",
+            percentile(v, 0.5),
+            percentile(v, 0.99),
+            v[v.len() - 1]
+        );
+    }
+}
