@@ -237,6 +237,61 @@ async fn majority_acquire_and_exclusion_between_two_redlock_clients() {
     assert!(left.is_some(), "lock keys left after every release");
 }
 
+/// Three Redlock clients start one attempt each at the same instant on a
+/// fresh name, round after round: votes split (3/2, 2/2/1, ...), and at
+/// most one of them may get in. (A planted "majority minus one" rule is
+/// caught here at once.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn simultaneous_attempts_split_the_votes_but_never_admit_two() {
+    const ROUNDS: usize = 40;
+    let five = servers(SERVERS);
+    let observer_server = support::server();
+    let urls = urls(&five);
+    let clients: Vec<Redlock> = (0..3)
+        .map(|_| redlock(&urls, Duration::from_secs(2)))
+        .collect();
+    let observer = Observer::new(&observer_server, "race").await;
+    let mut winners = [0usize; 4];
+    for round in 0..ROUNDS {
+        let barrier = std::sync::Arc::new(tokio::sync::Barrier::new(clients.len()));
+        let mut tasks = Vec::new();
+        for (c, redlock) in clients.iter().enumerate() {
+            let lock = redlock.lock(format!("race:{round}")).expect("name");
+            let barrier = barrier.clone();
+            let mut observer = observer.clone();
+            tasks.push(tokio::spawn(async move {
+                barrier.wait().await;
+                match lock.try_acquire().await.expect("try") {
+                    Some(guard) => {
+                        let (alone, accepted) = observer.section(&guard).await;
+                        tokio::time::sleep(Duration::from_millis(30)).await;
+                        assert!(alone, "round {round}: client {c} entered beside another");
+                        assert!(accepted, "round {round}: client {c}: fenced write refused");
+                        guard.release().await.expect("release");
+                        1
+                    }
+                    None => 0,
+                }
+            }));
+        }
+        let mut won = 0;
+        for t in tasks {
+            won += within(Duration::from_secs(10), "racers", t)
+                .await
+                .expect("task");
+        }
+        assert!(won <= 1, "round {round}: {won} winners");
+        winners[won] += 1;
+    }
+    let mut observer = observer;
+    assert_eq!(observer.inside.violations().await, 0);
+    println!(
+        "redlock simultaneous attempts by 3 clients: {} rounds with a winner, {} split with none",
+        winners[1], winners[0]
+    );
+    assert!(winners[1] > 0, "nobody ever won");
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_servers_killed_still_acquires_with_three() {
     let mut five = servers(SERVERS);
