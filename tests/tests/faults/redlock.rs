@@ -2,7 +2,9 @@
 //! exclusion, two servers killed, three killed (no majority: a clean
 //! failure), one server partitioned (the fault proxy's black hole, a late
 //! grant delivered on heal), the holder cut off from every server past its
-//! validity; and the acquire latency against a single server (printed,
+//! validity, the holder a child process stopped with SIGSTOP past its
+//! validity (its late write fenced off), simultaneous attempts splitting
+//! the votes; and the acquire latency against a single server (printed,
 //! `--nocapture`).
 //!
 //! Safety is judged by an independent observer on a SEPARATE redis-server
@@ -12,14 +14,24 @@
 //! the last accepted one (`RedlockGuard::supersedes`' rule, written again
 //! in Lua here).
 
+use std::io::{BufRead, BufReader, Write};
+use std::process::Stdio;
+use std::sync::mpsc;
 use std::time::Duration;
 
-use crate::support::{self, cmd, raw, within, Inside};
+use crate::support::{self, cmd, env_var, raw, within, Inside};
+use futures_util::FutureExt;
 use lock_core::{LockClient, Redlock, RedlockGuard};
 use lock_tests::{FaultProxy, RedisServer};
+use nix::sys::signal::{kill, Signal};
+use nix::unistd::Pid;
 use tokio::time::Instant;
 
 const SERVERS: usize = 5;
+
+const ROLE: &str = "LOCK_TEST_CHILD_ROLE";
+const URLS: &str = "LOCK_TEST_URLS";
+const OBSERVER_URL: &str = "LOCK_TEST_OBSERVER_URL";
 
 /// The fenced resource: `KEYS[1]` a hash of the last accepted token per
 /// server (`s<i>`) and counters; `ARGV` the writer's tokens, `""` where it
@@ -55,26 +67,20 @@ redis.call('HINCRBY', KEYS[1], 'accepted', 1)
 return 1
 ";
 
-/// The observer's side: the inside counter and the fenced resource, both
-/// on the observer's own redis-server.
+/// The fenced resource, on the observer's redis-server.
 #[derive(Clone)]
-struct Observer {
-    inside: Inside,
+struct Fence {
     conn: redis::aio::MultiplexedConnection,
     key: String,
     script: redis::Script,
 }
 
-impl Observer {
-    async fn new(server: &RedisServer, name: &str) -> Observer {
-        let inside = Inside::new(server, name).await;
-        let mut conn = raw(server).await;
-        let key = format!("observer:fenced:{name}");
-        let _: () = cmd(&mut conn, &["DEL", &key]).await;
-        Observer {
-            inside,
+impl Fence {
+    /// The fenced resource `name` on a connection (a child process's own).
+    fn attach(conn: redis::aio::MultiplexedConnection, name: &str) -> Fence {
+        Fence {
             conn,
-            key,
+            key: format!("observer:fenced:{name}"),
             script: redis::Script::new(FENCED_WRITE),
         }
     }
@@ -91,9 +97,32 @@ impl Observer {
             .expect("fenced write");
         accepted == 1
     }
+}
+
+/// The observer's side: the inside counter and the fenced resource, both
+/// on the observer's own redis-server.
+#[derive(Clone)]
+struct Observer {
+    inside: Inside,
+    fence: Fence,
+}
+
+impl Observer {
+    async fn new(server: &RedisServer, name: &str) -> Observer {
+        let inside = Inside::new(server, name).await;
+        let mut conn = raw(server).await;
+        let fence = Fence::attach(conn.clone(), name);
+        let _: () = cmd(&mut conn, &["DEL", &fence.key]).await;
+        Observer { inside, fence }
+    }
+
+    async fn write(&mut self, tokens: &[Option<u64>]) -> bool {
+        self.fence.write(tokens).await
+    }
 
     async fn counter(&mut self, field: &str) -> i64 {
-        let n: Option<i64> = cmd(&mut self.conn, &["HGET", &self.key, field]).await;
+        let key = self.fence.key.clone();
+        let n: Option<i64> = cmd(&mut self.fence.conn, &["HGET", &key, field]).await;
         n.unwrap_or(0)
     }
 
@@ -638,4 +667,177 @@ async fn acquire_latency_against_one_server() {
             v[v.len() - 1]
         );
     }
+}
+
+/// Entry point of the child process of `stopped_holder_...`; does nothing
+/// unless started by it with a role.
+#[test]
+#[ignore = "entry point of the child process started by the Redlock SIGSTOP test"]
+fn child_process() {
+    let Ok(role) = std::env::var(ROLE) else {
+        return;
+    };
+    assert_eq!(role, "redlock-holder");
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| panic!("runtime: {e}"));
+    runtime.block_on(child_holder());
+}
+
+/// The holder: acquires, writes through the fence while held, checks
+/// `is_held`, says `CHECKED` and waits for a line on stdin (the parent
+/// stops it with SIGSTOP meanwhile, lets B take the lock, and resumes it),
+/// then makes the write its check allowed — late — and reports.
+async fn child_holder() {
+    let urls: Vec<String> = env_var(URLS).split(',').map(str::to_string).collect();
+    let redlock = redlock(&urls, Duration::from_secs(1));
+    let observer_client =
+        redis::Client::open(env_var(OBSERVER_URL).as_str()).unwrap_or_else(|e| panic!("{e}"));
+    let conn = observer_client
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let mut fence = Fence::attach(conn, "stopped");
+    let guard = redlock
+        .lock("stopped")
+        .expect("name")
+        .acquire_timeout(Duration::from_secs(5))
+        .await
+        .unwrap_or_else(|e| panic!("{e}"));
+    let tokens: Vec<String> = guard
+        .fencing_tokens()
+        .iter()
+        .map(|t| t.map(|t| t.to_string()).unwrap_or_default())
+        .collect();
+    println!("HELD {}", tokens.join(","));
+    for _ in 0..5 {
+        assert!(guard.is_held());
+        assert!(
+            fence.write(guard.fencing_tokens()).await,
+            "refused while held"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(guard.is_held());
+    println!("CHECKED");
+    let line = tokio::task::spawn_blocking(|| {
+        let mut line = String::new();
+        let _ = std::io::stdin().read_line(&mut line);
+        line
+    })
+    .await
+    .unwrap_or_default();
+    assert_eq!(line.trim(), "go");
+    let held = guard.is_held();
+    let lost = guard.lost().now_or_never().is_some();
+    let accepted = fence.write(guard.fencing_tokens()).await;
+    println!("LATE accepted={accepted} held={held} lost={lost}");
+    let released = guard.release().await;
+    println!(
+        "RELEASED lost={}",
+        matches!(&released, Err(e) if e.is_lost())
+    );
+}
+
+/// The holder is a child process stopped with SIGSTOP right after it
+/// checked `is_held` (its renewals stop with it): B acquires once the
+/// holder's keys expired, and the holder, resumed, sees its guard lost
+/// and the write its check had allowed is refused by the fenced resource
+/// — the one defence against a paused process (Redlock's timing
+/// assumption is broken by the pause, as its critics point out).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stopped_holder_past_validity_is_fenced_off() {
+    let five = servers(SERVERS);
+    let observer_server = support::server();
+    let urls = urls(&five);
+    let b = redlock(&urls, Duration::from_secs(1));
+    let mut observer = Observer::new(&observer_server, "stopped").await;
+
+    let mut child = support::spawn_child(
+        module_path!(),
+        &[
+            (ROLE, "redlock-holder".into()),
+            (URLS, urls.join(",")),
+            (OBSERVER_URL, observer_server.url()),
+        ],
+        Stdio::piped(),
+    );
+    let stdout = child.stdout.take().expect("stdout");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let (tx, rx) = mpsc::channel::<String>();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                break;
+            }
+        }
+    });
+    let next = |prefix: &str| -> String {
+        let end = std::time::Instant::now() + Duration::from_secs(15);
+        loop {
+            let left = end.saturating_duration_since(std::time::Instant::now());
+            match rx.recv_timeout(left) {
+                // libtest's "test ... " may come first on the line
+                Ok(line) => match line.find(prefix) {
+                    Some(at) => return line[at..].to_string(),
+                    None => continue,
+                },
+                Err(e) => panic!("child said no `{prefix}`: {e}"),
+            }
+        }
+    };
+    let held = next("HELD ");
+    let held_on = held["HELD ".len()..]
+        .split(',')
+        .filter(|t| !t.is_empty())
+        .count();
+    assert!(held_on >= 3, "{held}");
+    next("CHECKED");
+    let pid = Pid::from_raw(i32::try_from(child.id()).expect("pid"));
+    kill(pid, Signal::SIGSTOP).expect("SIGSTOP");
+    let stopped_at = Instant::now();
+
+    let b_guard = within(
+        Duration::from_secs(8),
+        "b acquires",
+        b.lock("stopped")
+            .expect("name")
+            .acquire_timeout(Duration::from_secs(6)),
+    )
+    .await
+    .expect("b acquires once the stopped holder's keys expired");
+    let b_after = stopped_at.elapsed();
+    let (alone, accepted) = observer.section(&b_guard).await;
+    assert!(alone && accepted, "B's section");
+
+    kill(pid, Signal::SIGCONT).expect("SIGCONT");
+    stdin.write_all(b"go\n").expect("stdin");
+    stdin.flush().expect("flush");
+    let late = next("LATE ");
+    let released = next("RELEASED ");
+    let status = within(Duration::from_secs(10), "child exit", async {
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                return status;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    })
+    .await;
+    println!(
+        "redlock holder SIGSTOPped: B acquired {b_after:?} after the stop; resumed holder: {late}; {released}"
+    );
+    assert!(status.success(), "child failed: {status}");
+    assert_eq!(late, "LATE accepted=false held=false lost=true");
+    assert_eq!(released, "RELEASED lost=true");
+    assert_eq!(observer.counter("refused").await, 1);
+    assert_eq!(observer.counter("accepted").await, 6);
+    assert_eq!(observer.inside.violations().await, 0);
+    assert!(
+        b_guard.is_held(),
+        "the late holder's release touched B's holds"
+    );
+    b_guard.release().await.expect("b release");
 }
