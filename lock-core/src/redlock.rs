@@ -524,13 +524,13 @@ impl RedlockLock {
             );
             return Attempt::Held(guard);
         }
-        // Not enough: give back what was taken, each release bounded (one
-        // cut off goes on in the background; at worst the key expires).
+        // Not enough: give back what was taken, each release bounded as an
+        // attempt is (one cut off goes on in the background, as releases
+        // do; at worst the key expires with its lease).
         let taken: Vec<LockGuard> = holds.into_iter().flatten().collect();
         if !taken.is_empty() {
-            let release_bound = bound.max(Duration::from_millis(50));
             join_all(taken.into_iter().map(|guard| async move {
-                let _ = tokio::time::timeout(release_bound, guard.release()).await;
+                let _ = tokio::time::timeout(bound, guard.release()).await;
             }))
             .await;
         }
