@@ -149,8 +149,9 @@ impl Redlock {
     }
 
     /// A Redlock over `urls`, each server with a client of the default
-    /// configuration (see [`LockClient::builder`]). Connections open
-    /// lazily: no server is contacted here.
+    /// configuration (see [`LockClient::builder`]); call it inside a tokio
+    /// runtime, as building a client. Connections open lazily: no server
+    /// is contacted here.
     ///
     /// ```no_run
     /// # fn demo() -> lock_core::Result<()> {
@@ -818,5 +819,76 @@ impl RedlockGuard {
                 name: name.to_string(),
             }),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn client(url: &str) -> LockClient {
+        // connections open lazily: no server is needed
+        LockClient::builder(url)
+            .build()
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn needs_distinct_servers_and_counts_the_majority() {
+        let none: Vec<LockClient> = Vec::new();
+        assert!(Redlock::new(none).is_err_and(|e| e.is_invalid_input()));
+        let twice = Redlock::new([client("redis://127.0.0.1:1"), client("redis://127.0.0.1:1")]);
+        assert!(twice.is_err_and(|e| e.is_invalid_input()));
+        for (n, quorum) in [(1, 1), (2, 2), (3, 2), (4, 3), (5, 3), (7, 4)] {
+            let urls: Vec<String> = (0..n)
+                .map(|i| format!("redis://127.0.0.1:{}", i + 1))
+                .collect();
+            let redlock = Redlock::from_urls(urls).unwrap_or_else(|e| panic!("{e}"));
+            assert_eq!((redlock.servers(), redlock.quorum()), (n, quorum));
+        }
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn per_server_bound_and_pause() {
+        let redlock = Redlock::from_urls(["redis://127.0.0.1:1"]).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(
+            redlock.attempt_bound(Duration::from_secs(30)),
+            Duration::from_secs(1)
+        );
+        assert_eq!(
+            redlock.attempt_bound(Duration::from_secs(2)),
+            Duration::from_millis(100)
+        );
+        assert_eq!(
+            redlock.attempt_bound(Duration::from_millis(200)),
+            Duration::from_millis(50)
+        );
+        let redlock = redlock
+            .per_server_timeout(Duration::from_millis(7))
+            .retry_delay(Duration::from_millis(100));
+        assert_eq!(
+            redlock.attempt_bound(Duration::from_secs(30)),
+            Duration::from_millis(7)
+        );
+        for _ in 0..100 {
+            let pause = redlock.pause();
+            assert!(pause >= Duration::from_millis(50) && pause < Duration::from_millis(100));
+        }
+    }
+
+    #[test]
+    fn token_vectors_order_successive_majorities() {
+        let a = [Some(10), Some(20), Some(30), None, None];
+        let b = [None, None, Some(31), Some(5), Some(7)];
+        assert!(RedlockGuard::supersedes(&b, &a));
+        assert!(!RedlockGuard::supersedes(&a, &b));
+        // the same vector again (one holder writing twice) is not newer
+        assert!(!RedlockGuard::supersedes(&a, &a));
+        // no shared server: no order
+        let c = [None, None, None, Some(1), Some(1)];
+        assert!(!RedlockGuard::supersedes(&c, &a));
+        // lower on one shared server: stale
+        let d = [Some(11), Some(19), None, None, None];
+        assert!(!RedlockGuard::supersedes(&d, &a));
     }
 }
