@@ -10,7 +10,7 @@ lock-bench: measures lock-core against reference loops on a real Redis.
 usage: lock-bench [options]
 
   --url URL            Redis to use (default: start a private redis-server)
-  --workloads LIST     comma-separated, any of REF,W1,S1,F1,W2,R1,M1,W3,W3NP,WD,LAYER (default: all)
+  --workloads LIST     comma-separated, any of REF,W1,S1,F1,RL,W2,R1,M1,W3,W3NP,WD,LAYER (default: all)
   --duration SECS      measured window per workload (default 5)
   --warmup SECS        warm-up before each window (default 1)
   --tasks N            tasks of W1, S1, F1, W2, R1, M1, both L-min references, and LAYER's HTTP client tasks;
@@ -40,13 +40,15 @@ expirable kind with watchdog renewal, lock-core-sem: the plain kind) is set
 against the faster L-min and W1 of the same run (no target). F1 (fenced
 writes/s: each task holds a lock of its own and loops a fenced INCRBY 1;
 lib lock-core-fenced) is set against raw-INCRBY, the same loop of plain
-INCRBY measured in the same run (no target). R1 (readers only on one
+INCRBY measured in the same run (no target). RL (W1's loop on a Redlock
+over three private redis-servers started for it; lib lock-core-redlock3)
+is set against W1 of the same run (no target). R1 (readers only on one
 key of a read-write lock) is set against W1 of the same run; M1 (90 % reads,
 10 % writes on one key) reports reads/s, writes/s and the writers' waits.
 
 Output: one JSON line per measurement on stdout (lib = lock-core,
 lock-core-fixed, lock-core-read, lock-core-write (M1), lock-core-permit,
-lock-core-sem (S1), lock-core-fenced and raw-INCRBY (F1), L-min-mux, L-min-pool, L-serial, lock-tower, by-hand
+lock-core-sem (S1), lock-core-fenced and raw-INCRBY (F1), lock-core-redlock3 (RL), L-min-mux, L-min-pool, L-serial, lock-tower, by-hand
 or bare; W1, S1, R1 and the L-min lines carry client_cpu_us_per_cycle: this process's
 getrusage user+sys CPU over the window / measured cycles, and
 server_cpu_us_per_cycle: the server's INFO cpu user+sys over the same
@@ -64,6 +66,8 @@ pub(crate) enum Workload {
     S1,
     /// Fenced writes under a held lock, beside plain writes.
     F1,
+    /// Redlock uncontended: W1's loop over three private servers.
+    Rl,
     /// Contended: all tasks on one key, one process.
     W2,
     /// Readers only: all tasks take the read side of one read-write lock.
@@ -82,11 +86,12 @@ pub(crate) enum Workload {
 }
 
 impl Workload {
-    pub(crate) const ALL: [Workload; 11] = [
+    pub(crate) const ALL: [Workload; 12] = [
         Workload::Ref,
         Workload::W1,
         Workload::S1,
         Workload::F1,
+        Workload::Rl,
         Workload::W2,
         Workload::R1,
         Workload::M1,
@@ -102,6 +107,7 @@ impl Workload {
             "W1" => Ok(Workload::W1),
             "S1" => Ok(Workload::S1),
             "F1" => Ok(Workload::F1),
+            "RL" => Ok(Workload::Rl),
             "W2" => Ok(Workload::W2),
             "R1" => Ok(Workload::R1),
             "M1" => Ok(Workload::M1),
@@ -110,7 +116,7 @@ impl Workload {
             "WD" => Ok(Workload::Wd),
             "LAYER" => Ok(Workload::Layer),
             other => Err(format!(
-                "unknown workload {other:?} (valid: REF, W1, S1, F1, W2, R1, M1, W3, W3NP, WD, LAYER)"
+                "unknown workload {other:?} (valid: REF, W1, S1, F1, RL, W2, R1, M1, W3, W3NP, WD, LAYER)"
             )),
         }
     }

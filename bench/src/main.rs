@@ -5,7 +5,8 @@
 //! connection shared by all tasks, L-min-pool over lock-core's pool shape;
 //! see `workloads/refs.rs`) and L-serial, W1 (uncontended), S1 (permits
 //! uncontended: each task acquire 1 + release on a semaphore of its own,
-//! the expirable and the plain kind, set against L-min and W1), W2
+//! the expirable and the plain kind, set against L-min and W1), RL (W1's
+//! loop on a Redlock over three private redis-servers, set against W1), W2
 //! (contended, one process), W3 (contended, several processes: copies of
 //! this program), W3NP (the same with one task per process, which asks
 //! again the moment its release returns), R1 (readers only on one key of a
@@ -25,7 +26,7 @@
 //! `server_cpu_us_per_cycle`: the server's (`INFO cpu`) over the same window.
 //!
 //! ```text
-//! lock-bench [--url URL] [--workloads REF,W1,S1,F1,W2,R1,M1,W3,W3NP,WD,LAYER] [--duration 5] [--warmup 1]
+//! lock-bench [--url URL] [--workloads REF,W1,S1,F1,RL,W2,R1,M1,W3,W3NP,WD,LAYER] [--duration 5] [--warmup 1]
 //!            [--tasks 16] [--processes 4] [--wd-counts 10000,100000] [--wd-periods 3] [--ref-conns 1]
 //!            [--redis-cpu 0] [--bench-cpu 1] [--smoke]
 //! ```
@@ -48,7 +49,7 @@ use tokio::runtime::Runtime;
 use crate::args::{ChildOptions, Command, Options, Workload, USAGE};
 use crate::load::{load_average, Usage};
 use crate::report::Measurement;
-use crate::workloads::{fenced, layer, refs, rw, sem, w1, w2, w3, wd, Ctx};
+use crate::workloads::{fenced, layer, redlock, refs, rw, sem, w1, w2, w3, wd, Ctx};
 
 /// Errors of the benchmark: reported on stderr, never unwrapped.
 pub(crate) type BenchResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
@@ -183,7 +184,8 @@ fn run(opts: Options) -> BenchResult<ExitCode> {
                     .workloads
                     .iter()
                     .copied()
-                    .filter(|w| *w != Workload::Layer)
+                    // LAYER and RL start servers of their own
+                    .filter(|w| !matches!(w, Workload::Layer | Workload::Rl))
                     .collect();
                 let (ms, failed) = run_workloads(&cluster_ctx, &rt, &workloads, CLUSTER_SUFFIX);
                 failures += failed;
@@ -317,6 +319,7 @@ fn run_workloads(
                 (fenced::RAW, "F1".into(), rt.block_on(fenced::raw(ctx))),
                 (fenced::FENCED, "F1".into(), rt.block_on(fenced::run(ctx))),
             ],
+            Workload::Rl => vec![(redlock::LIB, "RL".into(), rt.block_on(redlock::run(ctx)))],
             Workload::W2 => vec![("lock-core", "W2".into(), rt.block_on(w2::run(ctx)))],
             Workload::R1 => vec![("lock-core", "R1".into(), rt.block_on(rw::r1(ctx)))],
             Workload::M1 => match rt.block_on(rw::m1(ctx)) {

@@ -177,6 +177,7 @@ pub(crate) fn summary(all: &[Measurement], setup: &str) -> String {
     w1_summary(all, &mut line);
     s1_summary(all, &mut line);
     f1_summary(all, &mut line);
+    rl_summary(all, &mut line);
 
     // (workload, target of the ratio to L-serial and of Jain's index): W3NP
     // has one target, "no process starved".
@@ -422,6 +423,38 @@ fn f1_summary(all: &[Measurement], line: &mut impl FnMut(String)) {
         us(m.server_cpu_us_per_cycle),
         us(m.p50_us),
         us(m.p99_us)
+    ));
+}
+
+/// The RL line: a Redlock over three servers against W1 (one server) of
+/// the same run (no target).
+fn rl_summary(all: &[Measurement], line: &mut impl FnMut(String)) {
+    let Some(m) = find(all, "lock-core-redlock3", "RL") else {
+        return;
+    };
+    let Some(rate) = m.cycles_per_s else {
+        line(format!("RL  lock-core-redlock3: no figures ({})", m.notes));
+        return;
+    };
+    let w1 = find(all, "lock-core", "W1");
+    let vs_w1 = w1
+        .and_then(|w| w.cycles_per_s)
+        .filter(|r| *r > 0.0)
+        .map_or("(no W1 in this run)".into(), |r| {
+            format!("ratio {:.3} to W1 on one server ({r:.0})", rate / r)
+        });
+    let us = |v: Option<f64>| v.map_or("-".into(), |us| format!("{us:.0} us"));
+    line(format!(
+        "RL  lock-core-redlock3 {rate:>9.0} cycles/s, Redlock over 3 servers, acquire + release  {vs_w1}  (no target)"
+    ));
+    line(format!(
+        "      cycle latency p50 {}, p99 {} (W1: p50 {}, p99 {}); client CPU {} per cycle",
+        us(m.p50_us),
+        us(m.p99_us),
+        us(w1.and_then(|w| w.p50_us)),
+        us(w1.and_then(|w| w.p99_us)),
+        m.client_cpu_us_per_cycle
+            .map_or("-".into(), |v| format!("{v:.2} us"))
     ));
 }
 

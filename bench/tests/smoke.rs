@@ -124,12 +124,13 @@ fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
             && CPU_LINES.iter().any(|lib| v["lib"].as_str() == Some(lib)))
             || (v["workload"] == "R1" && v["lib"] == "lock-core")
             || v["workload"] == "S1"
-            || v["workload"] == "F1";
+            || v["workload"] == "F1"
+            || v["workload"] == "RL";
         if !cpu_line {
             for f in ["client_cpu_us_per_cycle", "server_cpu_us_per_cycle"] {
                 assert!(
                     obj[f].is_null(),
-                    "{f} only on W1, S1, F1, R1 and the L-min references: {v}"
+                    "{f} only on W1, S1, F1, RL, R1 and the L-min references: {v}"
                 );
             }
         }
@@ -162,6 +163,15 @@ fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
     assert!(
         err.contains("F1  lock-core-fenced") && err.contains("to raw-INCRBY"),
         "the summary must set F1 against raw-INCRBY:\n{err}"
+    );
+
+    // Redlock over three private servers, set against W1.
+    let v = find("lock-core-redlock3", "RL");
+    assert!(v["cycles_per_s"].as_f64().is_some_and(|r| r > 0.0), "{v}");
+    assert!(v["p99_us"].is_number(), "{v}");
+    assert!(
+        err.contains("RL  lock-core-redlock3") && err.contains("to W1 on one server"),
+        "the summary must set RL against W1:\n{err}"
     );
 
     for workload in ["W2", "W3", "W3NP"] {

@@ -191,6 +191,27 @@ pub enum Error {
         /// The lock's name.
         name: String,
     },
+
+    /// A [`Redlock`](crate::Redlock) attempt was answered by fewer than a
+    /// majority of its servers (down, partitioned, or slower than the
+    /// per-server time-out), so no majority could be had; whatever was
+    /// taken was released. `causes` names each silent server's failure.
+    #[error(
+        "redlock `{name}`: only {answered} of {servers} servers answered, a majority is \
+         {quorum}; nothing is held ({causes})"
+    )]
+    NoQuorum {
+        /// The lock's name.
+        name: String,
+        /// The Redlock's servers, N.
+        servers: usize,
+        /// The majority needed, N/2 + 1.
+        quorum: usize,
+        /// The servers that answered (granted or busy).
+        answered: usize,
+        /// Each failing server's index and error.
+        causes: String,
+    },
 }
 
 impl Error {
@@ -204,6 +225,20 @@ impl Error {
     /// ```
     pub fn is_fence_refused(&self) -> bool {
         matches!(self, Error::FenceRefused { .. })
+    }
+
+    /// A Redlock attempt could not reach a majority of its servers (see
+    /// [`Error::NoQuorum`]).
+    ///
+    /// ```
+    /// # use lock_core::Error;
+    /// let err = Error::NoQuorum {
+    ///     name: "a".into(), servers: 5, quorum: 3, answered: 2, causes: String::new(),
+    /// };
+    /// assert!(err.is_no_quorum());
+    /// ```
+    pub fn is_no_quorum(&self) -> bool {
+        matches!(self, Error::NoQuorum { .. })
     }
 
     /// The wait bound passed before the lock was acquired.

@@ -22,6 +22,11 @@
 //! campaigning while the leader is killed, partitioned, paused and Redis
 //! restarted: never two terms' fenced writes interleaved, fail-over times
 //! measured.
+//!
+//! Redlock: `redlock`, five servers with two and three killed, one
+//! partitioned, the holder cut off and SIGSTOPped past its validity,
+//! simultaneous attempts: never two inside, stale writes fenced off,
+//! acquire latency against one server.
 
 mod support;
 
@@ -35,6 +40,7 @@ mod faults {
     mod lanes;
     mod multi_cut_faults;
     mod no_wedge;
+    mod redlock;
     mod release_once;
     mod rw_cut_faults;
     mod rw_faults;

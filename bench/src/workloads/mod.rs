@@ -3,6 +3,7 @@
 
 pub(crate) mod fenced;
 pub(crate) mod layer;
+pub(crate) mod redlock;
 pub(crate) mod refs;
 pub(crate) mod rw;
 pub(crate) mod sem;
