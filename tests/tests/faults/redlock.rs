@@ -455,11 +455,27 @@ async fn majority_partitioned_fails_within_the_bound_and_late_grants_are_undone(
         holding(&five, &[], "mp").await
     );
     println!("late grants of the partitioned majority gone after {cleared:?}");
-    let guard = within(Duration::from_secs(5), "after heal", lock.acquire())
-        .await
-        .expect("healed");
-    assert_eq!(guard.valid_holds(), 5);
-    guard.release().await.expect("release");
+    // Healed: the servers grant again. A client's first attempt on a
+    // connection the partition broke may still time out (a loaded machine),
+    // so a few rounds, each a majority, until all five grant.
+    let mut most = 0;
+    for _ in 0..20 {
+        let guard = within(Duration::from_secs(5), "after heal", lock.acquire())
+            .await
+            .expect("healed");
+        assert!(
+            guard.valid_holds() >= 3,
+            "a majority: {}",
+            guard.valid_holds()
+        );
+        most = most.max(guard.valid_holds());
+        guard.release().await.expect("release");
+        if most == 5 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(most, 5, "every healed server grants again");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
