@@ -89,6 +89,21 @@ impl ClientBuilder {
         self
     }
 
+    /// The wait allowance of this client's fair locks (Redisson's
+    /// `fairLockWaitTimeout`, default 5 minutes; see
+    /// [`ClientConfig::fair_lock_wait_timeout`]): every client of a fair
+    /// lock must use the same value.
+    ///
+    /// ```
+    /// let b = lock_core::ClientBuilder::new("redis://h")
+    ///     .fair_lock_wait_timeout(std::time::Duration::from_secs(60));
+    /// # let _ = b;
+    /// ```
+    pub fn fair_lock_wait_timeout(mut self, allowance: Duration) -> Self {
+        self.config.fair_lock_wait_timeout = allowance;
+        self
+    }
+
     /// Every fresh lock acquisition of this client (not semaphore permits) waits until `replicas`
     /// replicas acknowledged it, at most `timeout`; when fewer did, it is
     /// released and the acquire fails with [`Error::NotReplicated`]

@@ -197,7 +197,7 @@ fn glob_escape(s: &str) -> String {
 /// Runs a pipeline on the inspection lane (its own connection: a big
 /// reply there never holds up lock commands or renewals) within the
 /// client's time-outs.
-async fn run_pipeline(core: &Core, pipe: &Pipeline) -> Result<Vec<Value>> {
+pub(crate) async fn run_pipeline(core: &Core, pipe: &Pipeline) -> Result<Vec<Value>> {
     core.on_lane(Lane::Inspect, core.command_bound(), |mut conn| async move {
         Ok(conn.query_pipeline(pipe).await?)
     })

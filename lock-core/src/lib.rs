@@ -537,6 +537,7 @@ mod data;
 mod default_client;
 mod election;
 mod error;
+mod fair_lock;
 mod fence;
 mod guard;
 mod held;
@@ -565,14 +566,15 @@ pub use builder::ClientBuilder;
 pub use client::LockClient;
 pub use config::{
     ClientConfig, PemSource, PubSubMode, ReplicaAck, TlsConfig, DEFAULT_COMMAND_TIMEOUT,
-    DEFAULT_CONNECT_TIMEOUT, DEFAULT_MAX_NAME_LEN, DEFAULT_POOL_SIZE, DEFAULT_TOKEN_RETENTION,
-    DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE,
+    DEFAULT_CONNECT_TIMEOUT, DEFAULT_FAIR_LOCK_WAIT_TIMEOUT, DEFAULT_MAX_NAME_LEN,
+    DEFAULT_POOL_SIZE, DEFAULT_TOKEN_RETENTION, DEFAULT_WATCHDOG_TIMEOUT, MAX_LEASE,
 };
 pub use context::{in_context, LockContext};
 pub use data::RedisConnection;
 pub use default_client::{default_client, install_default};
 pub use election::{Election, Leader, LeaderWatch, Leadership};
 pub use error::{Error, Result};
+pub use fair_lock::FairWaiter;
 pub use fence::{Fence, FencedScript};
 pub use guard::LockGuard;
 pub use held::HeldLock;

@@ -16,8 +16,9 @@ use crate::hold::run_to_end::RunToEnd;
 use crate::hold::target::Target;
 use crate::hold::Hold;
 use crate::options::{AcquireOptions, LockMode, Wait};
+use crate::protocol::fair;
 use crate::protocol::force_unlock::{force_unlock_cmd, ForceUnlockReply};
-use crate::protocol::keys::LockKeys;
+use crate::protocol::keys::{LockKeys, Rule};
 use crate::protocol::unexpected_reply;
 
 /// A named distributed lock. Cheap to clone; make one per name and reuse it,
@@ -239,8 +240,18 @@ impl Lock {
     pub async fn force_unlock(&self) -> Result<bool> {
         let core = &self.client.inner.core;
         let publish = core.publish_command().await?;
-        let cmd = force_unlock_cmd(&core.scripts.force_unlock, &self.keys, publish);
-        let reply = core.run_script(&core.scripts.force_unlock, &cmd).await?;
+        let (script, cmd) = match self.keys.rule {
+            // a fair lock tells the next in its queue
+            Rule::Fair => {
+                let script = &core.scripts.fair_force_unlock;
+                (script, fair::force_unlock_cmd(script, &self.keys, publish))
+            }
+            _ => {
+                let script = &core.scripts.force_unlock;
+                (script, force_unlock_cmd(script, &self.keys, publish))
+            }
+        };
+        let reply = core.run_script(script, &cmd).await?;
         let deleted = match ForceUnlockReply::parse(&reply)? {
             ForceUnlockReply::DeletedUntold { refusal } => {
                 core.publish_denied(&self.keys, &refusal);

@@ -20,6 +20,7 @@ mod engine {
     mod conformance;
     mod cross_process;
     mod election;
+    mod fair_lock;
     mod hold_identity;
     mod layers;
     mod local_queue;

@@ -28,6 +28,9 @@ pub const DEFAULT_MAX_NAME_LEN: usize = 1024;
 /// Default time a lock's last fencing token is kept in Redis after it was
 /// drawn (see [`ClientBuilder::token_retention`](crate::ClientBuilder::token_retention)).
 pub const DEFAULT_TOKEN_RETENTION: Duration = Duration::from_secs(60);
+/// Default [`ClientConfig::fair_lock_wait_timeout`]: 5 minutes, Redisson's
+/// default `fairLockWaitTimeout`.
+pub const DEFAULT_FAIR_LOCK_WAIT_TIMEOUT: Duration = Duration::from_secs(300);
 
 /// Longest accepted lease (explicit or watchdog timeout): 365 days. Longer
 /// values overflow what Redis accepts for PEXPIRE once added to the clock.
@@ -110,6 +113,16 @@ pub struct ClientConfig {
     /// Default [`PubSubMode::Auto`]: sharded when the cluster answers
     /// `PUBSUB SHARDNUMSUB`, as Redisson chooses.
     pub pubsub_mode: PubSubMode,
+    /// The wait allowance of fair locks ([`LockClient::fair_lock`](crate::LockClient::fair_lock)):
+    /// Redisson's `fairLockWaitTimeout`, default 5 minutes. It is part of
+    /// the protocol: a queued waiter's deadline is its predecessor's plus
+    /// this allowance, and every client takes it off the deadlines behind
+    /// each grant, so **every client of a fair lock (Java ones included)
+    /// must use the same value**, or live Java waiters are dropped from the
+    /// queue (Redisson issues 1104, 3004, 6150). A waiter of Redisson's
+    /// that dies leaves the queue when its deadline passes; one of
+    /// lock-core's within seconds (see the README, "Fair lock").
+    pub fair_lock_wait_timeout: Duration,
 }
 
 impl ClientConfig {
@@ -132,6 +145,7 @@ impl ClientConfig {
             tls: TlsConfig::default(),
             wait_for_replicas: None,
             pubsub_mode: PubSubMode::Auto,
+            fair_lock_wait_timeout: DEFAULT_FAIR_LOCK_WAIT_TIMEOUT,
         }
     }
 
@@ -157,6 +171,13 @@ impl ClientConfig {
         if self.watchdog_timeout > MAX_LEASE {
             return Err(Error::InvalidArgument(
                 "watchdog_timeout must be at most 365 days".into(),
+            ));
+        }
+        if self.fair_lock_wait_timeout < Duration::from_millis(1)
+            || self.fair_lock_wait_timeout > MAX_LEASE
+        {
+            return Err(Error::InvalidArgument(
+                "fair_lock_wait_timeout must be between 1ms and 365 days".into(),
             ));
         }
         positive("connect_timeout", self.connect_timeout)?;
@@ -247,6 +268,7 @@ impl std::fmt::Debug for ClientConfig {
             tls,
             wait_for_replicas,
             pubsub_mode,
+            fair_lock_wait_timeout,
         } = self;
         f.debug_struct("ClientConfig")
             .field("url", &redact(url))
@@ -260,6 +282,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("tls", tls)
             .field("wait_for_replicas", wait_for_replicas)
             .field("pubsub_mode", pubsub_mode)
+            .field("fair_lock_wait_timeout", fair_lock_wait_timeout)
             .finish()
     }
 }

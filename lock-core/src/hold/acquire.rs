@@ -44,7 +44,7 @@ pub(crate) struct Reentrancy {
 
 /// The outcome of one acquire script call.
 #[derive(Debug)]
-enum Attempt {
+pub(super) enum Attempt {
     Acquired(OwnedCount),
     /// Held by another owner, who still has `pttl_ms` (-1: no expiry).
     Held {
@@ -58,9 +58,9 @@ enum Attempt {
 /// One acquire call: when it began, and its `lock.acquire` span, which
 /// the tasks it spawns carry too.
 #[derive(Debug)]
-struct Call {
-    started: Instant,
-    span: tracing::Span,
+pub(super) struct Call {
+    pub(super) started: Instant,
+    pub(super) span: tracing::Span,
     /// The caller's bound: no Redis call of this acquisition runs past it,
     /// and no retry starts after it. `started + wait` for a bounded wait,
     /// `started + connect_timeout + command_timeout` for a single attempt,
@@ -89,7 +89,7 @@ pub(crate) fn limit_until(bound: Duration, ends: [Option<Instant>; 2]) -> Option
 
 /// How an acquisition that did not fail ended.
 #[derive(Debug)]
-enum Got {
+pub(super) enum Got {
     /// A new hold. `waited`: the acquisition found the lock held (by a
     /// local holder or waiter, or in Redis) at least once.
     Fresh {
@@ -107,7 +107,7 @@ enum Got {
 
 /// Where a new hold came from (the `via` field of "lock acquired").
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Via {
+pub(super) enum Via {
     Redis,
     HandOff,
 }
@@ -123,11 +123,11 @@ impl Via {
 
 /// Whether an acquisition has waited; the "waiting" event is logged once.
 #[derive(Debug, Default)]
-struct Waiting(bool);
+pub(super) struct Waiting(pub(super) bool);
 
 impl Waiting {
     /// The acquisition found the lock held, `behind` whom.
-    fn began(&mut self, behind: &'static str) {
+    pub(super) fn began(&mut self, behind: &'static str) {
         if !self.0 {
             self.0 = true;
             tracing::debug!(behind, "lock busy; waiting");
@@ -311,10 +311,14 @@ impl Target {
             Wait::Bounded(w) => Some(call.started + w),
             _ => None,
         };
+        if self.keys.rule == Rule::Fair {
+            // every waiter has its own place in the lock's queue in Redis
+            return self.acquire_fair(call, context, options, deadline).await;
+        }
         if options.wait == Wait::Never {
             // Always asked of Redis: a local holding may be mid-release.
             return match self
-                .attempt(call, context, options.lease, None, None)
+                .attempt(call, context, options.lease, None, None, None)
                 .await?
             {
                 Attempt::Acquired(guard) => Ok(Got::Fresh {
@@ -465,7 +469,14 @@ impl Target {
                     let sent_at = Instant::now();
                     let outage_end = outage.map(|began| began + self.engine.core.command_bound());
                     let attempt = match self
-                        .attempt(call, context, options.lease, Some(waiter.id), outage_end)
+                        .attempt(
+                            call,
+                            context,
+                            options.lease,
+                            Some(waiter.id),
+                            outage_end,
+                            None,
+                        )
                         .await
                     {
                         Ok(attempt) => {
@@ -587,7 +598,9 @@ impl Target {
     /// every message wakes every waiter (readers proceed together).
     fn subscribe(&self) -> Subscription {
         match self.keys.rule {
-            Rule::Exclusive | Rule::Permits => self.engine.pubsub.subscribe(&self.keys.channel),
+            Rule::Exclusive | Rule::Permits | Rule::Fair => {
+                self.engine.pubsub.subscribe(&self.keys.channel)
+            }
             Rule::Read | Rule::Write => self.engine.pubsub.subscribe_shared(&self.keys.channel),
         }
     }
@@ -604,7 +617,7 @@ impl Target {
     /// answering ends with the error at most that long after its first
     /// attempt that found Redis gone. A client that never reached Redis
     /// (wrong address, password, database) fails at once.
-    fn rides_out(
+    pub(super) fn rides_out(
         &self,
         err: &Error,
         outage: &mut Option<Instant>,
@@ -628,13 +641,18 @@ impl Target {
     /// Bounded by the caller's bound and `outage_end` (see `Call::limit`):
     /// fails with `Error::CommandTimeout` when nothing is left of them, and
     /// makes its one retry only while something is.
-    async fn attempt(
+    ///
+    /// `fair_owner`: a fair lock's waiter, asking under its own owner id
+    /// (its place in the queue); no retry then (the cancellation before it
+    /// would refuse that id): the waiter goes on under a new one.
+    pub(super) async fn attempt(
         &self,
         call: &Call,
         context: Option<u64>,
         lease: Option<Duration>,
         waiter_id: Option<u64>,
         outage_end: Option<Instant>,
+        fair_owner: Option<Arc<str>>,
     ) -> Result<Attempt> {
         let lock = self.clone();
         let core = &self.engine.core;
@@ -653,14 +671,15 @@ impl Target {
         RunToEnd::new(
             async move {
                 let _running = running;
-                match lock.attempt_now(context, lease, waiter_id, Some(retry_by), limit).await {
+                let fair = fair_owner.is_some();
+                match lock.attempt_now(context, lease, waiter_id, Some(retry_by), limit, fair_owner).await {
                     // A connection the server had closed: the attempt was
                     // cancelled (undone or refused), so one more attempt, under
                     // a new owner id, on a fresh connection is safe.
-                    Err(e) if e.is_stale_connection() => match retry_limit() {
+                    Err(e) if e.is_stale_connection() && !fair => match retry_limit() {
                         Some(limit) => {
                             tracing::debug!(error = %e, "lock acquire met a closed connection; retrying once");
-                            lock.attempt_now(context, lease, waiter_id, None, limit).await
+                            lock.attempt_now(context, lease, waiter_id, None, limit, None).await
                         }
                         None => Err(e),
                     },
@@ -689,19 +708,22 @@ impl Target {
         waiter_id: Option<u64>,
         first_try: Option<Option<Instant>>,
         limit: Duration,
+        fair_owner: Option<Arc<str>>,
     ) -> Result<Attempt> {
         let core = &self.engine.core;
         let lease_time = lease.unwrap_or(core.config.watchdog_timeout);
         let lease_ms = lease_ms(lease, core.config.watchdog_timeout);
         // A new owner id per attempt: the hold's identity, and the request
-        // id that a cancellation refers to.
-        let owner = core.new_owner();
+        // id that a cancellation refers to (a fair waiter's is its own,
+        // for every attempt: its place in the queue).
+        let line = match (&fair_owner, waiter_id) {
+            (Some(_), _) => Line::Head,
+            (None, Some(_)) => core.queues.line_mode(&self.keys.local),
+            (None, None) => Line::Once,
+        };
+        let owner = fair_owner.unwrap_or_else(|| core.new_owner());
         let latch = self.keys.latch(&owner);
         let sent_at = Instant::now();
-        let line = match waiter_id {
-            Some(_) => core.queues.line_mode(&self.keys.local),
-            None => Line::Once,
-        };
         let cmd = self.acquire_cmd(&latch, &owner, AcquireMode::New(line), lease_ms);
         let reply = match core
             .run_script_within(core.scripts.acquire_for(self.keys.rule), &cmd, limit)
@@ -985,7 +1007,7 @@ struct Ticket {
 /// How long a waiter that gave up waits for its client to leave the
 /// waiting set in Redis (one `ZREM`) before returning; the rest finishes in
 /// the background.
-const LEAVE_LINE_MARGIN: Duration = Duration::from_millis(50);
+pub(super) const LEAVE_LINE_MARGIN: Duration = Duration::from_millis(50);
 
 impl Ticket {
     /// The waiter gave up (its wait bound passed): it leaves the local line

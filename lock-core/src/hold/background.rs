@@ -28,7 +28,7 @@ impl Core {
     }
 
     /// Does one background job, and logs how it went (nobody awaits it).
-    async fn run_job(self: Arc<Self>, job: ReleaseJob) {
+    pub(crate) async fn run_job(self: Arc<Self>, job: ReleaseJob) {
         let (keys, outcome, failed) = match &job {
             ReleaseJob::Release {
                 keys,

@@ -38,6 +38,7 @@ pub(crate) mod background;
 pub(crate) mod count;
 pub(crate) mod engine;
 pub(crate) mod eviction;
+pub(crate) mod fair;
 pub(crate) mod ids;
 pub(crate) mod multi;
 pub(crate) mod permit_registry;

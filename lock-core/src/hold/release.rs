@@ -133,9 +133,11 @@ impl Core {
                         let others_wait =
                             told > usize::from(self.queues.is_subscribed(&keys.local));
                         // (a reader's local queue is its own: nobody of this
-                        // client steps back on it, and it is not kept)
-                        let step_back = (others_wait && keys.rule != Rule::Read)
-                            .then(|| self.step_back_window());
+                        // client steps back on it, and it is not kept; a
+                        // fair lock's waiters are in its queue in Redis)
+                        let step_back = (others_wait
+                            && !matches!(keys.rule, Rule::Read | Rule::Fair))
+                        .then(|| self.step_back_window());
                         self.queues
                             .ended_stepping_back(&keys.local, &owner, step_back);
                         Ok(Released::Freed)

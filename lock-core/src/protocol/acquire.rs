@@ -68,6 +68,9 @@ impl AcquireCall<'_> {
     /// The `EVALSHA` command (`acquire.lua`, or `rw_acquire.lua` for a side
     /// of a read-write lock: `script` is the one the keys' rule names).
     pub(crate) fn cmd(&self, script: &Script) -> Cmd {
+        if self.keys.rule == Rule::Fair {
+            return super::fair::acquire_cmd(self, script);
+        }
         if self.keys.rule != Rule::Exclusive {
             return self.rw_cmd(script);
         }

@@ -17,7 +17,7 @@ pub(crate) enum CancelMode {
 }
 
 impl CancelMode {
-    fn as_arg(self) -> &'static str {
+    pub(super) fn as_arg(self) -> &'static str {
         match self {
             CancelMode::New => "new",
             CancelMode::Reentry => "re",
@@ -44,6 +44,9 @@ impl CancelCall<'_> {
     /// (`cancel.lua`, or `rw_cancel.lua` for a side of a read-write lock:
     /// `script` is the one the keys' rule names.)
     pub(crate) fn cmd(&self, script: &Script) -> Cmd {
+        if self.keys.rule == Rule::Fair {
+            return super::fair::cancel_cmd(self, script);
+        }
         if self.keys.rule != Rule::Exclusive {
             return script.evalsha(
                 &[

@@ -20,6 +20,13 @@ const RW_CHANNEL_KIND: &str = "redisson_rwlock";
 /// lock-core's own: a writer of this client waits (new readers of
 /// lock-core wait behind it; Redisson ignores it).
 const WRITER_KIND: &str = "lockcore_writer";
+/// Redisson's fair lock: the LIST of waiting owners in arrival order, and
+/// the ZSET of their deadlines.
+const FAIR_QUEUE_KIND: &str = "redisson_lock_queue";
+const FAIR_TIMEOUT_KIND: &str = "redisson_lock_timeout";
+/// lock-core's own: the liveness marks of its fair waiters (Redisson's
+/// clients neither read nor write it).
+const FAIR_ALIVE_KIND: &str = "lockcore_fair_alive";
 
 /// The grant rule of a handle: which script family it speaks and which
 /// field of the hash is its hold. The lock's three are public as
@@ -36,6 +43,9 @@ pub(crate) enum Rule {
     Write,
     /// Permits of `RPermitExpirableSemaphore`.
     Permits,
+    /// Redisson's `RFairLock`: an `RLock` hash granted in the order of a
+    /// queue of waiting owners.
+    Fair,
 }
 
 impl From<crate::options::LockMode> for Rule {
@@ -54,7 +64,7 @@ impl Rule {
     pub(crate) fn mode(self) -> crate::options::LockMode {
         use crate::options::LockMode;
         match self {
-            Rule::Exclusive | Rule::Permits => LockMode::Exclusive,
+            Rule::Exclusive | Rule::Permits | Rule::Fair => LockMode::Exclusive,
             Rule::Read => LockMode::Read,
             Rule::Write => LockMode::Write,
         }
@@ -71,7 +81,7 @@ impl Rule {
     pub(crate) fn side(self) -> &'static str {
         match self {
             Rule::Read => "read",
-            Rule::Exclusive | Rule::Write | Rule::Permits => "write",
+            Rule::Exclusive | Rule::Write | Rule::Permits | Rule::Fair => "write",
         }
     }
 }
@@ -114,6 +124,9 @@ fn is_helper_name(key: &str) -> bool {
         TURN_KIND,
         RW_CHANNEL_KIND,
         WRITER_KIND,
+        FAIR_QUEUE_KIND,
+        FAIR_TIMEOUT_KIND,
+        FAIR_ALIVE_KIND,
         super::sem_keys::SEM_CHANNEL_KIND,
         super::sem_keys::LINE_KIND,
         super::sem_keys::ALIVE_KIND,
@@ -170,6 +183,17 @@ pub(crate) struct LockKeys {
     /// A reader's acquisition in a scope that holds the write side: the
     /// write hold's owner id, so that the read is a downgrade.
     pub(crate) downgrade_from: Option<std::sync::Arc<str>>,
+    /// Fair lock: `redisson_lock_queue:{<lock>}`, the waiting owners in
+    /// arrival order (a LIST).
+    pub(crate) fair_queue: String,
+    /// Fair lock: `redisson_lock_timeout:{<lock>}`, their deadlines (a ZSET).
+    pub(crate) fair_timeouts: String,
+    /// Fair lock: `lockcore_fair_alive:{<lock>}`, lock-core's waiters'
+    /// liveness marks (a ZSET).
+    pub(crate) fair_alive: String,
+    /// Fair lock: the wait allowance in ms (Redisson's
+    /// `fairLockWaitTimeout`; part of the protocol, see `fair_acquire.lua`).
+    pub(crate) fair_wait_ms: u64,
 }
 
 impl LockKeys {
@@ -196,6 +220,10 @@ impl LockKeys {
             rw_prefix: String::new(),
             writer: String::new(),
             downgrade_from: None,
+            fair_queue: String::new(),
+            fair_timeouts: String::new(),
+            fair_alive: String::new(),
+            fair_wait_ms: 0,
         }
     }
 
@@ -205,7 +233,7 @@ impl LockKeys {
         let lock = format!("{prefix}{name}");
         let ident = ident_of(&lock, rule);
         let channel = match rule {
-            Rule::Exclusive | Rule::Permits => prefixed(CHANNEL_KIND, &lock),
+            Rule::Exclusive | Rule::Permits | Rule::Fair => prefixed(CHANNEL_KIND, &lock),
             Rule::Read | Rule::Write => prefixed(RW_CHANNEL_KIND, &lock),
         };
         let rw_prefix = if lock.contains('{') {
@@ -221,6 +249,10 @@ impl LockKeys {
             queue: prefixed(QUEUE_KIND, &lock),
             turn: prefixed(TURN_KIND, &lock),
             writer: prefixed(WRITER_KIND, &lock),
+            fair_queue: prefixed(FAIR_QUEUE_KIND, &lock),
+            fair_timeouts: prefixed(FAIR_TIMEOUT_KIND, &lock),
+            fair_alive: prefixed(FAIR_ALIVE_KIND, &lock),
+            fair_wait_ms: 0,
             rw_prefix,
             local: ident.clone(),
             ident,
@@ -255,7 +287,9 @@ impl LockKeys {
     pub(crate) fn field<'a>(&self, owner: &'a str) -> std::borrow::Cow<'a, str> {
         match self.rule {
             Rule::Write => std::borrow::Cow::Owned(format!("{owner}:write")),
-            Rule::Exclusive | Rule::Read | Rule::Permits => std::borrow::Cow::Borrowed(owner),
+            Rule::Exclusive | Rule::Read | Rule::Permits | Rule::Fair => {
+                std::borrow::Cow::Borrowed(owner)
+            }
         }
     }
 
@@ -267,8 +301,14 @@ impl LockKeys {
             Rule::Read => std::borrow::Cow::Owned(format!("{owner}\0{}", self.rw_prefix)),
             // the permit ids, comma-separated, after a NUL
             Rule::Permits => std::borrow::Cow::Owned(format!("\0{owner}")),
-            Rule::Exclusive | Rule::Write => self.field(owner),
+            Rule::Exclusive | Rule::Write | Rule::Fair => self.field(owner),
         }
+    }
+
+    /// Fair lock: the channel on which the waiter `owner` is told that its
+    /// turn came (`<channel>:<owner>`, Redisson's per-waiter channel).
+    pub(crate) fn fair_channel(&self, owner: &str) -> String {
+        format!("{}:{owner}", self.channel)
     }
 
     /// The latch key that remembers the result of one release request.
@@ -281,7 +321,9 @@ impl LockKeys {
 /// (see [`LockKeys::ident`]).
 pub(crate) fn ident_of(lock: &str, rule: Rule) -> String {
     match rule {
-        Rule::Exclusive => lock.to_string(),
+        // (a fair lock's holds are the lock's: a section of one re-enters
+        // a hold of the other on the same name)
+        Rule::Exclusive | Rule::Fair => lock.to_string(),
         Rule::Permits => format!("{lock}\0permits"),
         Rule::Read => format!("{lock}\0read"),
         Rule::Write => format!("{lock}\0write"),
@@ -344,7 +386,9 @@ pub(super) fn validate_name(prefix: &str, name: &str, max_len: usize) -> Result<
         return Err(Error::InvalidName {
             reason: "name is reserved: keys starting with redisson_lock__channel:, \
                      redisson_lock_token:, redisson_unlock_latch:, redisson_rwlock:, \
-                     lockcore_waiters:, lockcore_turn: or lockcore_writer: belong to other locks"
+                     redisson_lock_queue:, redisson_lock_timeout:, lockcore_waiters:, \
+                     lockcore_turn:, lockcore_writer: and the other helper kinds belong to \
+                     other locks"
                 .into(),
         });
     }

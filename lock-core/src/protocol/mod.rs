@@ -13,6 +13,7 @@ pub(crate) mod acquire;
 pub(crate) mod cancel;
 pub(crate) mod confirm;
 pub(crate) mod election;
+pub(crate) mod fair;
 pub(crate) mod fenced;
 pub(crate) mod force_unlock;
 pub(crate) mod handoff;
@@ -100,6 +101,12 @@ pub(crate) struct Scripts {
     pub(crate) leader_read: Script,
     /// The multi-lock's grant: several locks of one slot, all or nothing.
     pub(crate) multi_acquire: Script,
+    /// The fair lock's acquire, release, cancel and force-unlock
+    /// (Redisson's `RFairLock` queue).
+    pub(crate) fair_acquire: Script,
+    pub(crate) fair_release: Script,
+    pub(crate) fair_cancel: Script,
+    pub(crate) fair_force_unlock: Script,
 }
 
 impl Scripts {
@@ -129,6 +136,10 @@ impl Scripts {
             leader_record: Script::new(include_str!("leader_record.lua")),
             leader_read: Script::new(include_str!("leader_read.lua")),
             multi_acquire: Script::new(include_str!("multi_acquire.lua")),
+            fair_acquire: Script::new(include_str!("fair_acquire.lua")),
+            fair_release: Script::new(include_str!("fair_release.lua")),
+            fair_cancel: Script::new(include_str!("fair_cancel.lua")),
+            fair_force_unlock: Script::new(include_str!("fair_force_unlock.lua")),
         }
     }
 
@@ -137,6 +148,7 @@ impl Scripts {
         match rule {
             Rule::Exclusive | Rule::Permits => &self.acquire,
             Rule::Read | Rule::Write => &self.rw_acquire,
+            Rule::Fair => &self.fair_acquire,
         }
     }
 
@@ -145,6 +157,7 @@ impl Scripts {
         match rule {
             Rule::Exclusive | Rule::Permits => &self.release,
             Rule::Read | Rule::Write => &self.rw_release,
+            Rule::Fair => &self.fair_release,
         }
     }
 
@@ -153,6 +166,7 @@ impl Scripts {
         match rule {
             Rule::Exclusive | Rule::Permits => &self.cancel,
             Rule::Read | Rule::Write => &self.rw_cancel,
+            Rule::Fair => &self.fair_cancel,
         }
     }
 }
@@ -189,6 +203,10 @@ mod tests {
             &s.leader_record.sha,
             &s.leader_read.sha,
             &s.multi_acquire.sha,
+            &s.fair_acquire.sha,
+            &s.fair_release.sha,
+            &s.fair_cancel.sha,
+            &s.fair_force_unlock.sha,
         ];
         for sha in shas {
             assert_eq!(sha.len(), 40);
@@ -197,7 +215,7 @@ mod tests {
         let mut sorted: Vec<_> = shas.to_vec();
         sorted.sort();
         sorted.dedup();
-        assert_eq!(sorted.len(), 24);
+        assert_eq!(sorted.len(), 28);
     }
 
     #[test]

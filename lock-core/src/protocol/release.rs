@@ -32,6 +32,9 @@ impl ReleaseCall<'_> {
     /// (`release.lua`, or `rw_release.lua` for a side of a read-write
     /// lock: `script` is the one the keys' rule names.)
     pub(crate) fn cmd(&self, script: &Script) -> Cmd {
+        if self.keys.rule == Rule::Fair {
+            return super::fair::release_cmd(self, script);
+        }
         if self.keys.rule != Rule::Exclusive {
             return script.evalsha(
                 &[

@@ -8,6 +8,7 @@
 pub mod cut;
 pub mod election;
 pub mod layer;
+pub mod redisson_fair;
 pub mod redisson_rw;
 pub mod redisson_sem;
 pub mod sem;
