@@ -133,7 +133,7 @@ mod tests {
     use crate::protocol::test_support;
 
     fn fair_keys() -> LockKeys {
-        let mut keys = LockKeys::with_rule("", "stock", 100, Rule::Fair).unwrap();
+        let mut keys = LockKeys::with_rule("", "stock", 100, Rule::Fair).expect("a valid name");
         keys.fair_wait_ms = 300_000;
         keys
     }
