@@ -154,6 +154,7 @@ static COMMANDS: &[Spec] = &[
     spec("zrem", -3, zrem),
     spec("zrange", -4, zrange),
     spec("zrangebyscore", -4, zrangebyscore),
+    spec("zincrby", 4, zincrby),
     spec("zscore", 3, zscore),
     spec("zcard", 2, zcard),
     spec("time", 1, time),
@@ -1138,6 +1139,46 @@ fn members_reply(members: Vec<(&[u8], f64)>, with_scores: bool) -> Reply {
     Reply::Array(out)
 }
 
+/// A score argument (ZADD, ZINCRBY) as Redis reads one: the whole
+/// argument a number, NaN refused ([`parse_f64`]). Hexadecimal numbers,
+/// which Redis' `strtod` reads too, are refused as unsupported.
+fn score_arg(arg: &[u8]) -> Result<f64, Reply> {
+    match parse_f64(arg) {
+        Some(score) => Ok(score),
+        None if is_hex_number(arg) && !arg.first().is_some_and(u8::is_ascii_whitespace) => {
+            Err(errors::unsupported("hexadecimal numbers as scores"))
+        }
+        None => Err(errors::not_float()),
+    }
+}
+
+/// `ZINCRBY key increment member`: the increment first, then the key; the
+/// member (and the key) made when there is none; the new score, written as
+/// `ZSCORE` writes one. A sum that is not a number (`inf` plus `-inf`) is
+/// refused and changes nothing.
+fn zincrby(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    let increment = match score_arg(&args[2]) {
+        Ok(n) => n,
+        Err(e) => return e,
+    };
+    let (key, member) = (&args[1], &args[3]);
+    let zset = match db.keys.get_or_insert(key, || Data::ZSet(ZSet::default())) {
+        Data::ZSet(z) => z,
+        _ => return errors::wrong_type(),
+    };
+    // Redis answers a new member's score as given (`-0` too), and stores
+    // `-0` as `0`
+    let score = match zset.score(member) {
+        Some(old) => old + increment,
+        None => increment,
+    };
+    if score.is_nan() {
+        return Reply::err("ERR resulting score is not a number (NaN)");
+    }
+    zset.insert(member, score);
+    Reply::bulk(format_g17(score))
+}
+
 fn zscore(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
     match zset_of(db, &args[1]) {
         Ok(z) => z
@@ -2014,6 +2055,7 @@ mod tests {
             &["hset", "l", "a", "1"],
             &["zscore", "l", "a"],
             &["zadd", "l", "1", "a"],
+            &["zincrby", "l", "1", "a"],
         ] {
             assert_eq!(
                 run(&mut db, now, command),
@@ -2038,6 +2080,179 @@ mod tests {
         // SET replaces a list
         assert_eq!(run(&mut db, now, &["set", "l", "x"]), Reply::ok());
         assert_eq!(run(&mut db, now, &["get", "l"]), bulk("x"));
+    }
+
+    #[test]
+    fn zincrby_adds_and_answers_as_zscore_writes() {
+        let mut db = Db::new();
+        let now = Instant::now();
+        assert_eq!(
+            run(&mut db, now, &["zincrby", "z", "1.5", "a"]),
+            bulk("1.5")
+        );
+        assert_eq!(
+            run(&mut db, now, &["type", "z"]),
+            Reply::Status("zset".into()),
+            "the key is made"
+        );
+        assert_eq!(run(&mut db, now, &["zincrby", "z", "-0.5", "a"]), bulk("1"));
+        assert_eq!(
+            run(&mut db, now, &["zincrby", "z", "0.1", "a"]),
+            bulk("1.1000000000000001")
+        );
+        assert_eq!(
+            run(&mut db, now, &["zscore", "z", "a"]),
+            bulk("1.1000000000000001")
+        );
+        assert_eq!(
+            run(&mut db, now, &["zincrby", "z", "1700000000123", "b"]),
+            bulk("1700000000123")
+        );
+        assert_eq!(
+            run(&mut db, now, &["zincrby", "z", "-30000", "b"]),
+            bulk("1699999970123")
+        );
+        // a new member's score is answered as given, and -0 is stored as 0
+        assert_eq!(run(&mut db, now, &["zincrby", "z", "-0", "c"]), bulk("-0"));
+        assert_eq!(run(&mut db, now, &["zscore", "z", "c"]), bulk("0"));
+        assert_eq!(run(&mut db, now, &["zincrby", "z", "-0", "c"]), bulk("0"));
+        assert_eq!(
+            run(&mut db, now, &["zrange", "z", "0", "-1", "withscores"]),
+            items(&["c", "0", "a", "1.1000000000000001", "b", "1699999970123"])
+        );
+        assert_eq!(
+            run(&mut db, now, &["zincrby", "z", "inf", "d"]),
+            bulk("inf")
+        );
+        assert_eq!(run(&mut db, now, &["zincrby", "z", "1", "d"]), bulk("inf"));
+        assert_eq!(
+            run(&mut db, now, &["zincrby", "z", "-inf", "d"]),
+            Reply::err("ERR resulting score is not a number (NaN)")
+        );
+        assert_eq!(
+            run(&mut db, now, &["zscore", "z", "d"]),
+            bulk("inf"),
+            "a NaN sum changes nothing"
+        );
+        for bad in ["x", "nan", "", " 1", "1 ", "1,5"] {
+            assert_eq!(
+                run(&mut db, now, &["zincrby", "z", bad, "a"]),
+                errors::not_float(),
+                "ZINCRBY {bad:?}"
+            );
+        }
+        assert!(matches!(
+            run(&mut db, now, &["zincrby", "z", "0x10", "a"]),
+            Reply::Error(e) if e.contains("hexadecimal") && e.contains("in-memory")
+        ));
+        assert_eq!(
+            run(&mut db, now, &["zscore", "z", "a"]),
+            bulk("1.1000000000000001")
+        );
+        // the increment first, then the key
+        run(&mut db, now, &["set", "s", "v"]);
+        run(&mut db, now, &["hset", "h", "f", "v"]);
+        for key in ["s", "h"] {
+            assert_eq!(
+                run(&mut db, now, &["zincrby", key, "1", "a"]),
+                errors::wrong_type()
+            );
+            assert_eq!(
+                run(&mut db, now, &["zincrby", key, "x", "a"]),
+                errors::not_float()
+            );
+        }
+        assert_eq!(run(&mut db, now, &["get", "s"]), bulk("v"));
+        // the key keeps its deadline
+        assert_eq!(run(&mut db, now, &["pexpire", "z", "5000"]), Reply::Int(1));
+        assert_eq!(run(&mut db, now, &["zincrby", "z", "1", "e"]), bulk("1"));
+        assert_eq!(run(&mut db, now, &["pttl", "z"]), Reply::Int(5000));
+        assert_eq!(
+            run(&mut db, now, &["zincrby", "z", "1"]),
+            errors::arity("zincrby")
+        );
+        assert_eq!(
+            run(&mut db, now, &["zincrby", "z", "1", "a", "b"]),
+            errors::arity("zincrby")
+        );
+    }
+
+    #[test]
+    fn lists_and_zincrby_from_a_script() {
+        use redis::Value;
+        let server = super::super::Server::new();
+        let call = |args: &[&str]| {
+            let args: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
+            server.call(&args)
+        };
+        let text = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        // a fair lock's queue: RPUSH, LINDEX (false past the end), LRANGE,
+        // LPOP, LREM, and ZINCRBY of the waiters behind one that leaves
+        let script = "redis.call('rpush', KEYS[1], 'w1', 'w2', 'w3')\n\
+                      redis.call('zadd', KEYS[2], 100, 'w1', 200, 'w2', 300, 'w3')\n\
+                      local queue = redis.call('lrange', KEYS[1], 0, -1)\n\
+                      local i = 1\n\
+                      while i <= #queue and queue[i] ~= ARGV[1] do i = i + 1 end\n\
+                      i = i + 1\n\
+                      while i <= #queue do\n\
+                        redis.call('zincrby', KEYS[2], -tonumber(ARGV[2]), queue[i])\n\
+                        i = i + 1\n\
+                      end\n\
+                      redis.call('zrem', KEYS[2], ARGV[1])\n\
+                      local removed = redis.call('lrem', KEYS[1], 0, ARGV[1])\n\
+                      return {redis.call('lindex', KEYS[1], 0), redis.call('lindex', KEYS[1], -1),\n\
+                              tostring(redis.call('lindex', KEYS[1], 2) == false), removed,\n\
+                              redis.call('zscore', KEYS[2], 'w3'), redis.call('llen', KEYS[1]),\n\
+                              type(redis.call('zincrby', KEYS[2], 0.5, 'w2'))}";
+        assert_eq!(
+            call(&["EVAL", script, "2", "q", "t", "w1", "50"]).ok(),
+            Some(Value::Array(vec![
+                text("w2"),
+                text("w3"),
+                text("true"),
+                Value::Int(1),
+                text("250"),
+                Value::Int(2),
+                text("string"),
+            ]))
+        );
+        assert_eq!(
+            call(&["ZRANGE", "t", "0", "-1", "WITHSCORES"]).ok(),
+            Some(Value::Array(
+                ["w2", "150.5", "w3", "250"].map(text).to_vec()
+            ))
+        );
+        // popping the last elements deletes the key; nil (false) after that
+        let script = "local first = redis.call('lpop', KEYS[1])\n\
+                      local rest = redis.call('rpop', KEYS[1], 5)\n\
+                      return {first, #rest, rest[1], redis.call('exists', KEYS[1]),\n\
+                              tostring(redis.call('lpop', KEYS[1])), tostring(redis.call('lpop', KEYS[1], 2))}";
+        assert_eq!(
+            call(&["EVAL", script, "1", "q"]).ok(),
+            Some(Value::Array(vec![
+                text("w2"),
+                Value::Int(1),
+                text("w3"),
+                Value::Int(0),
+                text("false"),
+                text("false"),
+            ]))
+        );
+        let e = call(&["EVAL", "return redis.call('lpush', KEYS[1], 'a')", "1", "t"])
+            .expect_err("WRONGTYPE");
+        assert_eq!(e.code(), Some("WRONGTYPE"));
+        let e = call(&[
+            "EVAL",
+            "return redis.call('zincrby', KEYS[1], 'x', 'a')",
+            "1",
+            "t",
+        ])
+        .expect_err("not a float");
+        assert_eq!(
+            e.detail()
+                .map(|d| d.starts_with("value is not a valid float")),
+            Some(true)
+        );
     }
 
     #[test]
