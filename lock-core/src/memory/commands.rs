@@ -867,9 +867,9 @@ fn zadd(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
     }
     let mut pairs = Vec::with_capacity(elements.len() / 2);
     for pair in elements.chunks_exact(2) {
-        match parse_f64(&pair[0]) {
-            Some(score) => pairs.push((score, &pair[1])),
-            None => return errors::not_float(),
+        match score_arg(&pair[0]) {
+            Ok(score) => pairs.push((score, &pair[1])),
+            Err(e) => return e,
         }
     }
     let key = &args[1];
@@ -1543,10 +1543,17 @@ mod tests {
             run(&mut db, now, &["zadd", "z", "NX", "5", "b"]),
             Reply::Int(0)
         );
-        assert_eq!(
-            run(&mut db, now, &["zadd", "z", "x", "b"]),
-            errors::not_float()
-        );
+        for bad in ["x", "nan", "1e400", "1e-400", " 1"] {
+            assert_eq!(
+                run(&mut db, now, &["zadd", "z", bad, "b"]),
+                errors::not_float(),
+                "ZADD {bad:?}"
+            );
+        }
+        assert!(matches!(
+            run(&mut db, now, &["zadd", "z", "0x10", "b"]),
+            Reply::Error(e) if e.contains("hexadecimal") && e.contains("in-memory")
+        ));
         assert_eq!(
             run(&mut db, now, &["zadd", "z", "nx", "1"]),
             errors::syntax()
@@ -2134,7 +2141,7 @@ mod tests {
             bulk("inf"),
             "a NaN sum changes nothing"
         );
-        for bad in ["x", "nan", "", " 1", "1 ", "1,5"] {
+        for bad in ["x", "nan", "", " 1", "1 ", "1,5", "1e400", "-1e-400"] {
             assert_eq!(
                 run(&mut db, now, &["zincrby", "z", bad, "a"]),
                 errors::not_float(),
