@@ -138,6 +138,14 @@ static COMMANDS: &[Spec] = &[
     spec("hexists", 3, hexists),
     spec("hincrby", 4, hincrby),
     spec("hlen", 2, hlen),
+    spec("rpush", -3, rpush),
+    spec("lpush", -3, lpush),
+    spec("lpop", -2, lpop),
+    spec("rpop", -2, rpop),
+    spec("lindex", 3, lindex),
+    spec("lrange", 4, lrange),
+    spec("lrem", 4, lrem),
+    spec("llen", 2, llen),
     spec("pexpire", -3, pexpire),
     spec("expire", -3, expire),
     spec("pttl", 2, pttl),
@@ -146,6 +154,7 @@ static COMMANDS: &[Spec] = &[
     spec("zrem", -3, zrem),
     spec("zrange", -4, zrange),
     spec("zrangebyscore", -4, zrangebyscore),
+    spec("zincrby", 4, zincrby),
     spec("zscore", 3, zscore),
     spec("zcard", 2, zcard),
     spec("time", 1, time),
@@ -510,6 +519,223 @@ fn hlen(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
     }
 }
 
+// ---- lists ----
+
+/// The list at `key`: `Ok(None)` when there is none, `Err` (WRONGTYPE) when
+/// the key holds another type.
+fn list_of<'a>(db: &'a Db, key: &[u8]) -> Result<Option<&'a VecDeque<Vec<u8>>>, Reply> {
+    match db.keys.get(key) {
+        None => Ok(None),
+        Some(Data::List(l)) => Ok(Some(l)),
+        Some(_) => Err(errors::wrong_type()),
+    }
+}
+
+/// The list at `key`, to change in place: `Ok(None)` when there is none
+/// (a list left empty must go through [`Keyspace::drop_if_empty`]).
+fn list_for_change<'a>(
+    db: &'a mut Db,
+    key: &[u8],
+) -> Result<Option<&'a mut VecDeque<Vec<u8>>>, Reply> {
+    match db.keys.get_mut(key) {
+        None => Ok(None),
+        Some(Data::List(l)) => Ok(Some(l)),
+        Some(_) => Err(errors::wrong_type()),
+    }
+}
+
+/// The end of a list a command works at.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum End {
+    Head,
+    Tail,
+}
+
+/// A list index as Redis reads one (negative: from the tail), within
+/// `0..len`, or `None` when it is out of range.
+fn list_index(len: usize, index: i64) -> Option<usize> {
+    let len = i64::try_from(len).unwrap_or(i64::MAX);
+    let at = if index < 0 {
+        len.checked_add(index)?
+    } else {
+        index
+    };
+    if (0..len).contains(&at) {
+        usize::try_from(at).ok()
+    } else {
+        None
+    }
+}
+
+fn rpush(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    push(db, args, End::Tail)
+}
+
+fn lpush(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    push(db, args, End::Head)
+}
+
+/// RPUSH / LPUSH: each element in turn at `end` (`LPUSH k a b` leaves
+/// `b a`); the new length.
+fn push(db: &mut Db, args: &[Vec<u8>], end: End) -> Reply {
+    let list = match db
+        .keys
+        .get_or_insert(&args[1], || Data::List(VecDeque::new()))
+    {
+        Data::List(l) => l,
+        _ => return errors::wrong_type(),
+    };
+    for element in &args[2..] {
+        match end {
+            End::Head => list.push_front(element.clone()),
+            End::Tail => list.push_back(element.clone()),
+        }
+    }
+    int_reply(list.len())
+}
+
+fn lpop(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    pop(db, args, End::Head, "lpop")
+}
+
+fn rpop(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    pop(db, args, End::Tail, "rpop")
+}
+
+/// `LPOP key [count]` / `RPOP key [count]`, as Redis 7.0's
+/// `popGenericCommand`: the count first (0 or more), then the key. Without
+/// a count one element or nil; with one, an array of up to `count`
+/// elements in the order they were popped (empty for 0), or nil when there
+/// is no key.
+fn pop(db: &mut Db, args: &[Vec<u8>], end: End, name: &str) -> Reply {
+    let count = match args {
+        [_, _] => None,
+        [_, _, count] => match parse_i64(count) {
+            Some(n) if n >= 0 => Some(usize::try_from(n).unwrap_or(usize::MAX)),
+            _ => return Reply::err("ERR value is out of range, must be positive"),
+        },
+        _ => return errors::arity(name),
+    };
+    let key = &args[1];
+    let list = match list_for_change(db, key) {
+        Ok(Some(l)) => l,
+        Ok(None) => return Reply::Nil,
+        Err(e) => return e,
+    };
+    let mut take = || match end {
+        End::Head => list.pop_front(),
+        End::Tail => list.pop_back(),
+    };
+    let reply = match count {
+        None => take().map_or(Reply::Nil, Reply::Bulk),
+        Some(count) => Reply::Array(
+            std::iter::from_fn(take)
+                .take(count)
+                .map(Reply::Bulk)
+                .collect(),
+        ),
+    };
+    db.keys.drop_if_empty(key);
+    reply
+}
+
+/// `LINDEX key index`: the key first (nil when there is none, whatever the
+/// index), then the index.
+fn lindex(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    let list = match list_of(db, &args[1]) {
+        Ok(Some(l)) => l,
+        Ok(None) => return Reply::Nil,
+        Err(e) => return e,
+    };
+    let Some(index) = parse_i64(&args[2]) else {
+        return errors::not_integer();
+    };
+    list_index(list.len(), index)
+        .and_then(|at| list.get(at))
+        .map_or(Reply::Nil, |element| Reply::Bulk(element.clone()))
+}
+
+/// `LRANGE key start stop`: the indexes first, then the key; clamped as
+/// Redis clamps them (negative from the tail, a start before the head is
+/// the head, a stop past the tail is the tail).
+fn lrange(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    let (Some(start), Some(stop)) = (parse_i64(&args[2]), parse_i64(&args[3])) else {
+        return errors::not_integer();
+    };
+    let list = match list_of(db, &args[1]) {
+        Ok(Some(l)) => l,
+        Ok(None) => return Reply::Array(Vec::new()),
+        Err(e) => return e,
+    };
+    let len = i64::try_from(list.len()).unwrap_or(i64::MAX);
+    let start = if start < 0 {
+        len.saturating_add(start).max(0)
+    } else {
+        start
+    };
+    let stop = if stop < 0 {
+        len.saturating_add(stop)
+    } else {
+        stop.min(len - 1)
+    };
+    if start > stop || start >= len {
+        return Reply::Array(Vec::new());
+    }
+    match (usize::try_from(start), usize::try_from(stop)) {
+        (Ok(start), Ok(stop)) => Reply::Array(
+            list.range(start..=stop)
+                .map(|element| Reply::Bulk(element.clone()))
+                .collect(),
+        ),
+        _ => Reply::Array(Vec::new()),
+    }
+}
+
+/// `LREM key count element`: the count first, then the key; removes the
+/// first `count` elements equal to `element` from the head (`count` > 0),
+/// from the tail (< 0), or all of them (0); how many it removed.
+fn lrem(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    let Some(count) = parse_i64(&args[2]) else {
+        return errors::not_integer();
+    };
+    let (key, element) = (&args[1], &args[3]);
+    let list = match list_for_change(db, key) {
+        Ok(Some(l)) => l,
+        Ok(None) => return Reply::Int(0),
+        Err(e) => return e,
+    };
+    let limit = match count {
+        0 => usize::MAX,
+        n => usize::try_from(n.unsigned_abs()).unwrap_or(usize::MAX),
+    };
+    let mut removed = 0;
+    if count >= 0 {
+        list.retain(|e| {
+            let remove = removed < limit && e == element;
+            removed += usize::from(remove);
+            !remove
+        });
+    } else {
+        let mut at = list.len();
+        while at > 0 && removed < limit {
+            at -= 1;
+            if list[at] == *element {
+                list.remove(at);
+                removed += 1;
+            }
+        }
+    }
+    db.keys.drop_if_empty(key);
+    int_reply(removed)
+}
+
+fn llen(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    match list_of(db, &args[1]) {
+        Ok(l) => int_reply(l.map_or(0, VecDeque::len)),
+        Err(e) => e,
+    }
+}
+
 // ---- expiry ----
 
 fn pexpire(db: &mut Db, now: Instant, args: &[Vec<u8>]) -> Reply {
@@ -641,9 +867,9 @@ fn zadd(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
     }
     let mut pairs = Vec::with_capacity(elements.len() / 2);
     for pair in elements.chunks_exact(2) {
-        match parse_f64(&pair[0]) {
-            Some(score) => pairs.push((score, &pair[1])),
-            None => return errors::not_float(),
+        match score_arg(&pair[0]) {
+            Ok(score) => pairs.push((score, &pair[1])),
+            Err(e) => return e,
         }
     }
     let key = &args[1];
@@ -911,6 +1137,46 @@ fn members_reply(members: Vec<(&[u8], f64)>, with_scores: bool) -> Reply {
         }
     }
     Reply::Array(out)
+}
+
+/// A score argument (ZADD, ZINCRBY) as Redis reads one: the whole
+/// argument a number, NaN refused ([`parse_f64`]). Hexadecimal numbers,
+/// which Redis' `strtod` reads too, are refused as unsupported.
+fn score_arg(arg: &[u8]) -> Result<f64, Reply> {
+    match parse_f64(arg) {
+        Some(score) => Ok(score),
+        None if is_hex_number(arg) && !arg.first().is_some_and(u8::is_ascii_whitespace) => {
+            Err(errors::unsupported("hexadecimal numbers as scores"))
+        }
+        None => Err(errors::not_float()),
+    }
+}
+
+/// `ZINCRBY key increment member`: the increment first, then the key; the
+/// member (and the key) made when there is none; the new score, written as
+/// `ZSCORE` writes one. A sum that is not a number (`inf` plus `-inf`) is
+/// refused and changes nothing.
+fn zincrby(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
+    let increment = match score_arg(&args[2]) {
+        Ok(n) => n,
+        Err(e) => return e,
+    };
+    let (key, member) = (&args[1], &args[3]);
+    let zset = match db.keys.get_or_insert(key, || Data::ZSet(ZSet::default())) {
+        Data::ZSet(z) => z,
+        _ => return errors::wrong_type(),
+    };
+    // Redis answers a new member's score as given (`-0` too), and stores
+    // `-0` as `0`
+    let score = match zset.score(member) {
+        Some(old) => old + increment,
+        None => increment,
+    };
+    if score.is_nan() {
+        return Reply::err("ERR resulting score is not a number (NaN)");
+    }
+    zset.insert(member, score);
+    Reply::bulk(format_g17(score))
 }
 
 fn zscore(db: &mut Db, _: Instant, args: &[Vec<u8>]) -> Reply {
@@ -1277,10 +1543,17 @@ mod tests {
             run(&mut db, now, &["zadd", "z", "NX", "5", "b"]),
             Reply::Int(0)
         );
-        assert_eq!(
-            run(&mut db, now, &["zadd", "z", "x", "b"]),
-            errors::not_float()
-        );
+        for bad in ["x", "nan", "1e400", "1e-400", " 1"] {
+            assert_eq!(
+                run(&mut db, now, &["zadd", "z", bad, "b"]),
+                errors::not_float(),
+                "ZADD {bad:?}"
+            );
+        }
+        assert!(matches!(
+            run(&mut db, now, &["zadd", "z", "0x10", "b"]),
+            Reply::Error(e) if e.contains("hexadecimal") && e.contains("in-memory")
+        ));
         assert_eq!(
             run(&mut db, now, &["zadd", "z", "nx", "1"]),
             errors::syntax()
@@ -1552,6 +1825,441 @@ mod tests {
                 Reply::Error(e) if e.contains(&opt.to_uppercase()) && e.contains("in-memory")
             ));
         }
+    }
+
+    fn items(items: &[&str]) -> Reply {
+        Reply::Array(items.iter().map(|m| bulk(m)).collect())
+    }
+
+    #[test]
+    fn lists_push_pop_and_index() {
+        let mut db = Db::new();
+        let now = Instant::now();
+        assert_eq!(run(&mut db, now, &["rpush", "l", "a", "b"]), Reply::Int(2));
+        assert_eq!(run(&mut db, now, &["lpush", "l", "y", "x"]), Reply::Int(4));
+        assert_eq!(
+            run(&mut db, now, &["lrange", "l", "0", "-1"]),
+            items(&["x", "y", "a", "b"]),
+            "LPUSH puts each element at the head in turn"
+        );
+        assert_eq!(
+            run(&mut db, now, &["type", "l"]),
+            Reply::Status("list".into())
+        );
+        assert_eq!(run(&mut db, now, &["llen", "l"]), Reply::Int(4));
+        assert_eq!(run(&mut db, now, &["llen", "none"]), Reply::Int(0));
+        for (index, expected) in [
+            ("0", bulk("x")),
+            ("3", bulk("b")),
+            ("-1", bulk("b")),
+            ("-4", bulk("x")),
+            ("4", Reply::Nil),
+            ("-5", Reply::Nil),
+            ("9223372036854775807", Reply::Nil),
+            ("-9223372036854775808", Reply::Nil),
+        ] {
+            assert_eq!(
+                run(&mut db, now, &["lindex", "l", index]),
+                expected,
+                "LINDEX {index}"
+            );
+        }
+        assert_eq!(
+            run(&mut db, now, &["lindex", "l", "x"]),
+            errors::not_integer()
+        );
+        // the key first: no list, nil whatever the index
+        assert_eq!(run(&mut db, now, &["lindex", "none", "x"]), Reply::Nil);
+        assert_eq!(run(&mut db, now, &["lpop", "l"]), bulk("x"));
+        assert_eq!(run(&mut db, now, &["rpop", "l"]), bulk("b"));
+        assert_eq!(run(&mut db, now, &["lpop", "l", "0"]), items(&[]));
+        assert_eq!(run(&mut db, now, &["rpush", "l", "c"]), Reply::Int(3));
+        assert_eq!(run(&mut db, now, &["lpop", "l", "2"]), items(&["y", "a"]));
+        assert_eq!(run(&mut db, now, &["rpush", "l", "d", "e"]), Reply::Int(3));
+        assert_eq!(
+            run(&mut db, now, &["rpop", "l", "9"]),
+            items(&["e", "d", "c"]),
+            "RPOP with a count: from the tail, in the order popped"
+        );
+        assert_eq!(
+            run(&mut db, now, &["exists", "l"]),
+            Reply::Int(0),
+            "an emptied list is deleted"
+        );
+        assert_eq!(run(&mut db, now, &["lpop", "l"]), Reply::Nil);
+        assert_eq!(run(&mut db, now, &["rpop", "l", "1"]), Reply::Nil);
+        assert_eq!(run(&mut db, now, &["lpop", "l", "0"]), Reply::Nil);
+        let out_of_range = Reply::err("ERR value is out of range, must be positive");
+        for count in ["-1", "x", "1.5", "", "9223372036854775808"] {
+            assert_eq!(
+                run(&mut db, now, &["lpop", "l", count]),
+                out_of_range,
+                "LPOP count {count:?}"
+            );
+        }
+        assert_eq!(
+            run(&mut db, now, &["rpop", "l", "1", "2"]),
+            errors::arity("rpop")
+        );
+        assert_eq!(run(&mut db, now, &["rpush", "l"]), errors::arity("rpush"));
+        assert_eq!(run(&mut db, now, &["lpush", "l"]), errors::arity("lpush"));
+        assert_eq!(run(&mut db, now, &["lindex", "l"]), errors::arity("lindex"));
+        assert_eq!(run(&mut db, now, &["exists", "l"]), Reply::Int(0));
+    }
+
+    #[test]
+    fn list_ranges_clamp_as_redis_clamps_them() {
+        let mut db = Db::new();
+        let now = Instant::now();
+        run(&mut db, now, &["rpush", "l", "a", "b", "c", "d", "e"]);
+        let all = items(&["a", "b", "c", "d", "e"]);
+        for (start, stop, expected) in [
+            ("0", "-1", all.clone()),
+            ("1", "2", items(&["b", "c"])),
+            ("-2", "-1", items(&["d", "e"])),
+            ("-100", "100", all.clone()),
+            ("0", "0", items(&["a"])),
+            ("4", "4", items(&["e"])),
+            ("5", "9", items(&[])),
+            ("3", "1", items(&[])),
+            ("-1", "-3", items(&[])),
+            ("0", "-6", items(&[])),
+            ("-9223372036854775808", "9223372036854775807", all.clone()),
+            ("-9223372036854775808", "-9223372036854775808", items(&[])),
+        ] {
+            assert_eq!(
+                run(&mut db, now, &["lrange", "l", start, stop]),
+                expected,
+                "LRANGE {start} {stop}"
+            );
+        }
+        for (start, stop) in [("x", "1"), ("0", "9223372036854775808"), ("0", "1.0")] {
+            assert_eq!(
+                run(&mut db, now, &["lrange", "l", start, stop]),
+                errors::not_integer(),
+                "LRANGE {start} {stop}"
+            );
+        }
+        assert_eq!(
+            run(&mut db, now, &["lrange", "none", "0", "-1"]),
+            items(&[])
+        );
+        // the indexes first, then the key
+        assert_eq!(
+            run(&mut db, now, &["lrange", "none", "x", "0"]),
+            errors::not_integer()
+        );
+        assert_eq!(
+            run(&mut db, now, &["lrange", "l", "0"]),
+            errors::arity("lrange")
+        );
+    }
+
+    #[test]
+    fn lrem_counts_from_either_end() {
+        let mut db = Db::new();
+        let now = Instant::now();
+        run(
+            &mut db,
+            now,
+            &["rpush", "l", "a", "b", "a", "c", "a", "b", "a"],
+        );
+        assert_eq!(run(&mut db, now, &["lrem", "l", "2", "a"]), Reply::Int(2));
+        assert_eq!(
+            run(&mut db, now, &["lrange", "l", "0", "-1"]),
+            items(&["b", "c", "a", "b", "a"]),
+            "a positive count: from the head"
+        );
+        assert_eq!(run(&mut db, now, &["lrem", "l", "-1", "a"]), Reply::Int(1));
+        assert_eq!(
+            run(&mut db, now, &["lrange", "l", "0", "-1"]),
+            items(&["b", "c", "a", "b"]),
+            "a negative count: from the tail"
+        );
+        assert_eq!(run(&mut db, now, &["lrem", "l", "0", "b"]), Reply::Int(2));
+        assert_eq!(
+            run(&mut db, now, &["lrange", "l", "0", "-1"]),
+            items(&["c", "a"])
+        );
+        assert_eq!(run(&mut db, now, &["lrem", "l", "0", "zz"]), Reply::Int(0));
+        assert_eq!(run(&mut db, now, &["lrem", "l", "5", "a"]), Reply::Int(1));
+        assert_eq!(
+            run(&mut db, now, &["lrem", "l", "x", "c"]),
+            errors::not_integer()
+        );
+        assert_eq!(
+            run(&mut db, now, &["lrem", "none", "1", "a"]),
+            Reply::Int(0)
+        );
+        assert_eq!(
+            run(&mut db, now, &["lrem", "none", "x", "a"]),
+            errors::not_integer(),
+            "the count first, then the key"
+        );
+        assert_eq!(
+            run(&mut db, now, &["lrem", "l", "-9223372036854775808", "c"]),
+            Reply::Int(1)
+        );
+        assert_eq!(
+            run(&mut db, now, &["exists", "l"]),
+            Reply::Int(0),
+            "an emptied list is deleted"
+        );
+        assert_eq!(
+            run(&mut db, now, &["lrem", "l", "0"]),
+            errors::arity("lrem")
+        );
+    }
+
+    #[test]
+    fn lists_and_other_types_refuse_each_other() {
+        let mut db = Db::new();
+        let now = Instant::now();
+        run(&mut db, now, &["set", "s", "v"]);
+        run(&mut db, now, &["hset", "h", "f", "v"]);
+        run(&mut db, now, &["zadd", "z", "1", "m"]);
+        for key in ["s", "h", "z"] {
+            for command in [
+                &["rpush", key, "a"][..],
+                &["lpush", key, "a", "b"],
+                &["lpop", key],
+                &["rpop", key],
+                &["lpop", key, "0"],
+                &["rpop", key, "2"],
+                &["lindex", key, "0"],
+                &["lindex", key, "x"],
+                &["lrange", key, "0", "-1"],
+                &["lrem", key, "0", "a"],
+                &["llen", key],
+            ] {
+                assert_eq!(
+                    run(&mut db, now, command),
+                    errors::wrong_type(),
+                    "{command:?}"
+                );
+            }
+            // arguments read before the key are refused first
+            assert_eq!(
+                run(&mut db, now, &["lpop", key, "-1"]),
+                Reply::err("ERR value is out of range, must be positive")
+            );
+            assert_eq!(
+                run(&mut db, now, &["lrange", key, "x", "0"]),
+                errors::not_integer()
+            );
+            assert_eq!(
+                run(&mut db, now, &["lrem", key, "x", "a"]),
+                errors::not_integer()
+            );
+        }
+        assert_eq!(run(&mut db, now, &["get", "s"]), bulk("v"), "unchanged");
+        assert_eq!(run(&mut db, now, &["hlen", "h"]), Reply::Int(1));
+        run(&mut db, now, &["rpush", "l", "a"]);
+        for command in [
+            &["get", "l"][..],
+            &["incr", "l"],
+            &["hget", "l", "a"],
+            &["hset", "l", "a", "1"],
+            &["zscore", "l", "a"],
+            &["zadd", "l", "1", "a"],
+            &["zincrby", "l", "1", "a"],
+        ] {
+            assert_eq!(
+                run(&mut db, now, command),
+                errors::wrong_type(),
+                "{command:?}"
+            );
+        }
+        assert_eq!(
+            run(&mut db, now, &["scan", "0", "type", "list"]),
+            Reply::Array(vec![bulk("0"), items(&["l"])])
+        );
+        // a list keeps its deadline while it changes, and loses it with its
+        // last element
+        assert_eq!(run(&mut db, now, &["pexpire", "l", "5000"]), Reply::Int(1));
+        assert_eq!(run(&mut db, now, &["rpush", "l", "b"]), Reply::Int(2));
+        assert_eq!(run(&mut db, now, &["lrem", "l", "1", "a"]), Reply::Int(1));
+        assert_eq!(run(&mut db, now, &["pttl", "l"]), Reply::Int(5000));
+        assert_eq!(run(&mut db, now, &["rpop", "l"]), bulk("b"));
+        assert_eq!(run(&mut db, now, &["pttl", "l"]), Reply::Int(-2));
+        assert_eq!(run(&mut db, now, &["lpush", "l", "c"]), Reply::Int(1));
+        assert_eq!(run(&mut db, now, &["pttl", "l"]), Reply::Int(-1));
+        // SET replaces a list
+        assert_eq!(run(&mut db, now, &["set", "l", "x"]), Reply::ok());
+        assert_eq!(run(&mut db, now, &["get", "l"]), bulk("x"));
+    }
+
+    #[test]
+    fn zincrby_adds_and_answers_as_zscore_writes() {
+        let mut db = Db::new();
+        let now = Instant::now();
+        assert_eq!(
+            run(&mut db, now, &["zincrby", "z", "1.5", "a"]),
+            bulk("1.5")
+        );
+        assert_eq!(
+            run(&mut db, now, &["type", "z"]),
+            Reply::Status("zset".into()),
+            "the key is made"
+        );
+        assert_eq!(run(&mut db, now, &["zincrby", "z", "-0.5", "a"]), bulk("1"));
+        assert_eq!(
+            run(&mut db, now, &["zincrby", "z", "0.1", "a"]),
+            bulk("1.1000000000000001")
+        );
+        assert_eq!(
+            run(&mut db, now, &["zscore", "z", "a"]),
+            bulk("1.1000000000000001")
+        );
+        assert_eq!(
+            run(&mut db, now, &["zincrby", "z", "1700000000123", "b"]),
+            bulk("1700000000123")
+        );
+        assert_eq!(
+            run(&mut db, now, &["zincrby", "z", "-30000", "b"]),
+            bulk("1699999970123")
+        );
+        // a new member's score is answered as given, and -0 is stored as 0
+        assert_eq!(run(&mut db, now, &["zincrby", "z", "-0", "c"]), bulk("-0"));
+        assert_eq!(run(&mut db, now, &["zscore", "z", "c"]), bulk("0"));
+        assert_eq!(run(&mut db, now, &["zincrby", "z", "-0", "c"]), bulk("0"));
+        assert_eq!(
+            run(&mut db, now, &["zrange", "z", "0", "-1", "withscores"]),
+            items(&["c", "0", "a", "1.1000000000000001", "b", "1699999970123"])
+        );
+        assert_eq!(
+            run(&mut db, now, &["zincrby", "z", "inf", "d"]),
+            bulk("inf")
+        );
+        assert_eq!(run(&mut db, now, &["zincrby", "z", "1", "d"]), bulk("inf"));
+        assert_eq!(
+            run(&mut db, now, &["zincrby", "z", "-inf", "d"]),
+            Reply::err("ERR resulting score is not a number (NaN)")
+        );
+        assert_eq!(
+            run(&mut db, now, &["zscore", "z", "d"]),
+            bulk("inf"),
+            "a NaN sum changes nothing"
+        );
+        for bad in ["x", "nan", "", " 1", "1 ", "1,5", "1e400", "-1e-400"] {
+            assert_eq!(
+                run(&mut db, now, &["zincrby", "z", bad, "a"]),
+                errors::not_float(),
+                "ZINCRBY {bad:?}"
+            );
+        }
+        assert!(matches!(
+            run(&mut db, now, &["zincrby", "z", "0x10", "a"]),
+            Reply::Error(e) if e.contains("hexadecimal") && e.contains("in-memory")
+        ));
+        assert_eq!(
+            run(&mut db, now, &["zscore", "z", "a"]),
+            bulk("1.1000000000000001")
+        );
+        // the increment first, then the key
+        run(&mut db, now, &["set", "s", "v"]);
+        run(&mut db, now, &["hset", "h", "f", "v"]);
+        for key in ["s", "h"] {
+            assert_eq!(
+                run(&mut db, now, &["zincrby", key, "1", "a"]),
+                errors::wrong_type()
+            );
+            assert_eq!(
+                run(&mut db, now, &["zincrby", key, "x", "a"]),
+                errors::not_float()
+            );
+        }
+        assert_eq!(run(&mut db, now, &["get", "s"]), bulk("v"));
+        // the key keeps its deadline
+        assert_eq!(run(&mut db, now, &["pexpire", "z", "5000"]), Reply::Int(1));
+        assert_eq!(run(&mut db, now, &["zincrby", "z", "1", "e"]), bulk("1"));
+        assert_eq!(run(&mut db, now, &["pttl", "z"]), Reply::Int(5000));
+        assert_eq!(
+            run(&mut db, now, &["zincrby", "z", "1"]),
+            errors::arity("zincrby")
+        );
+        assert_eq!(
+            run(&mut db, now, &["zincrby", "z", "1", "a", "b"]),
+            errors::arity("zincrby")
+        );
+    }
+
+    #[test]
+    fn lists_and_zincrby_from_a_script() {
+        use redis::Value;
+        let server = super::super::Server::new();
+        let call = |args: &[&str]| {
+            let args: Vec<Vec<u8>> = args.iter().map(|a| a.as_bytes().to_vec()).collect();
+            server.call(&args)
+        };
+        let text = |s: &str| Value::BulkString(s.as_bytes().to_vec());
+        // a fair lock's queue: RPUSH, LINDEX (false past the end), LRANGE,
+        // LPOP, LREM, and ZINCRBY of the waiters behind one that leaves
+        let script = "redis.call('rpush', KEYS[1], 'w1', 'w2', 'w3')\n\
+                      redis.call('zadd', KEYS[2], 100, 'w1', 200, 'w2', 300, 'w3')\n\
+                      local queue = redis.call('lrange', KEYS[1], 0, -1)\n\
+                      local i = 1\n\
+                      while i <= #queue and queue[i] ~= ARGV[1] do i = i + 1 end\n\
+                      i = i + 1\n\
+                      while i <= #queue do\n\
+                        redis.call('zincrby', KEYS[2], -tonumber(ARGV[2]), queue[i])\n\
+                        i = i + 1\n\
+                      end\n\
+                      redis.call('zrem', KEYS[2], ARGV[1])\n\
+                      local removed = redis.call('lrem', KEYS[1], 0, ARGV[1])\n\
+                      return {redis.call('lindex', KEYS[1], 0), redis.call('lindex', KEYS[1], -1),\n\
+                              tostring(redis.call('lindex', KEYS[1], 2) == false), removed,\n\
+                              redis.call('zscore', KEYS[2], 'w3'), redis.call('llen', KEYS[1]),\n\
+                              type(redis.call('zincrby', KEYS[2], 0.5, 'w2'))}";
+        assert_eq!(
+            call(&["EVAL", script, "2", "q", "t", "w1", "50"]).ok(),
+            Some(Value::Array(vec![
+                text("w2"),
+                text("w3"),
+                text("true"),
+                Value::Int(1),
+                text("250"),
+                Value::Int(2),
+                text("string"),
+            ]))
+        );
+        assert_eq!(
+            call(&["ZRANGE", "t", "0", "-1", "WITHSCORES"]).ok(),
+            Some(Value::Array(
+                ["w2", "150.5", "w3", "250"].map(text).to_vec()
+            ))
+        );
+        // popping the last elements deletes the key; nil (false) after that
+        let script = "local first = redis.call('lpop', KEYS[1])\n\
+                      local rest = redis.call('rpop', KEYS[1], 5)\n\
+                      return {first, #rest, rest[1], redis.call('exists', KEYS[1]),\n\
+                              tostring(redis.call('lpop', KEYS[1])), tostring(redis.call('lpop', KEYS[1], 2))}";
+        assert_eq!(
+            call(&["EVAL", script, "1", "q"]).ok(),
+            Some(Value::Array(vec![
+                text("w2"),
+                Value::Int(1),
+                text("w3"),
+                Value::Int(0),
+                text("false"),
+                text("false"),
+            ]))
+        );
+        let e = call(&["EVAL", "return redis.call('lpush', KEYS[1], 'a')", "1", "t"])
+            .expect_err("WRONGTYPE");
+        assert_eq!(e.code(), Some("WRONGTYPE"));
+        let e = call(&[
+            "EVAL",
+            "return redis.call('zincrby', KEYS[1], 'x', 'a')",
+            "1",
+            "t",
+        ])
+        .expect_err("not a float");
+        assert_eq!(
+            e.detail()
+                .map(|d| d.starts_with("value is not a valid float")),
+            Some(true)
+        );
     }
 
     #[test]

@@ -1,6 +1,6 @@
-//! The in-process keyspace: strings, hashes and sorted sets with per-key
-//! expiry on tokio's clock, the clock `TIME` reads, and Redis' glob
-//! matching (`SCAN … MATCH`).
+//! The in-process keyspace: strings, hashes, lists and sorted sets with
+//! per-key expiry on tokio's clock, the clock `TIME` reads, and Redis'
+//! glob matching (`SCAN … MATCH`).
 //!
 //! Expiry follows Redis: deadlines and "now" are whole milliseconds (on
 //! tokio's clock, counted from the server's start), and a key whose
@@ -14,7 +14,7 @@
 //! active expiry cycle.
 
 use std::cmp::Ordering;
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tokio::time::Instant;
@@ -26,6 +26,8 @@ pub(crate) enum Data {
     Str(Vec<u8>),
     /// A hash.
     Hash(Hash),
+    /// A list, head first.
+    List(VecDeque<Vec<u8>>),
     /// A sorted set.
     ZSet(ZSet),
 }
@@ -36,15 +38,18 @@ impl Data {
         match self {
             Data::Str(_) => "string",
             Data::Hash(_) => "hash",
+            Data::List(_) => "list",
             Data::ZSet(_) => "zset",
         }
     }
 
-    /// A hash or sorted set without elements: Redis deletes such a key.
+    /// A hash, list or sorted set without elements: Redis deletes such a
+    /// key.
     fn is_empty_container(&self) -> bool {
         match self {
             Data::Str(_) => false,
             Data::Hash(h) => h.len() == 0,
+            Data::List(l) => l.is_empty(),
             Data::ZSet(z) => z.len() == 0,
         }
     }
@@ -218,8 +223,9 @@ impl Keyspace {
         self.entries.get(key).map(|e| &e.data)
     }
 
-    /// The value of `key`, to change in place (its deadline stays; a hash
-    /// or sorted set left empty must go through [`Keyspace::drop_if_empty`]).
+    /// The value of `key`, to change in place (its deadline stays; a hash,
+    /// list or sorted set left empty must go through
+    /// [`Keyspace::drop_if_empty`]).
     pub(crate) fn get_mut(&mut self, key: &[u8]) -> Option<&mut Data> {
         self.entries.get_mut(key).map(|e| &mut e.data)
     }
@@ -274,7 +280,8 @@ impl Keyspace {
         }
     }
 
-    /// Deletes `key` when it is a hash or sorted set left without elements.
+    /// Deletes `key` when it is a hash, list or sorted set left without
+    /// elements.
     pub(crate) fn drop_if_empty(&mut self, key: &[u8]) {
         if self.get(key).is_some_and(Data::is_empty_container) {
             self.remove(key);

@@ -856,9 +856,9 @@ mod tests {
             );
         }
         // a command the in-memory server does not run: named, in a clear error
-        let text = error_text(eval(&s, "return redis.call('lpush', 'l', 'x')"));
+        let text = error_text(eval(&s, "return redis.call('sadd', 's', 'x')"));
         assert!(
-            text.contains("'lpush'") && text.contains("in-memory"),
+            text.contains("'sadd'") && text.contains("in-memory"),
             "{text}"
         );
         assert_eq!(

@@ -13,7 +13,7 @@
 //! | file | what |
 //! |---|---|
 //! | `mod.rs` | [`Server`]: one lock around the whole state, so every command and every script is atomic, as in Redis |
-//! | `keyspace.rs` | strings, hashes, sorted sets, deadlines on tokio's clock, `TIME`'s clock, glob matching |
+//! | `keyspace.rs` | strings, hashes, lists, sorted sets, deadlines on tokio's clock, `TIME`'s clock, glob matching |
 //! | `commands.rs` | the commands, with Redis 7's arities, options, replies and error texts |
 //! | `lua.rs` | `EVAL`, `EVALSHA`, `SCRIPT`: the Lua state, Redis' script environment and conversions |
 //! | `pubsub.rs` | classic and sharded channels and their subscribers |
@@ -30,18 +30,20 @@
 //! **Commands**: `PING`, `EVAL`, `EVALSHA`, `SCRIPT LOAD|EXISTS|FLUSH`,
 //! `DEL`, `EXISTS`, `TYPE`, `GET`, `SET` (`NX`, `XX`, `GET`, `EX`, `PX`,
 //! `KEEPTTL`), `INCR`, `DECR`, `INCRBY`, `DECRBY`, `HSET`, `HGET`,
-//! `HGETALL`, `HKEYS`, `HDEL`, `HEXISTS`, `HINCRBY`, `HLEN`, `PEXPIRE` and `EXPIRE`
-//! (`NX`, `XX`, `GT`, `LT`), `PTTL`, `TTL`, `ZADD` (`NX`, `XX`, `GT`,
-//! `LT`, `CH`), `ZREM`, `ZRANGE` (by rank, or `BYSCORE` with `LIMIT`;
-//! `WITHSCORES`), `ZRANGEBYSCORE` (`WITHSCORES`, `LIMIT`; hexadecimal
-//! bounds, which Redis reads with `strtod`, are refused), `ZSCORE`,
+//! `HGETALL`, `HKEYS`, `HDEL`, `HEXISTS`, `HINCRBY`, `HLEN`, `RPUSH`,
+//! `LPUSH`, `LPOP` and `RPOP` (with or without a count), `LINDEX`,
+//! `LRANGE`, `LREM`, `LLEN`, `PEXPIRE` and `EXPIRE` (`NX`, `XX`, `GT`,
+//! `LT`), `PTTL`, `TTL`, `ZADD` (`NX`, `XX`, `GT`, `LT`, `CH`),
+//! `ZINCRBY`, `ZREM`, `ZRANGE` (by rank, or `BYSCORE` with `LIMIT`;
+//! `WITHSCORES`), `ZRANGEBYSCORE` (`WITHSCORES`, `LIMIT`), `ZSCORE`,
 //! `ZCARD`, `TIME`, `PUBLISH`, `SPUBLISH`, `PUBSUB NUMSUB|SHARDNUMSUB`,
 //! `SCAN` (`MATCH`, `COUNT`, `TYPE`), `DBSIZE`, `CONFIG GET
 //! maxmemory-policy` (`noeviction`), `ROLE` (a primary without replicas),
 //! `FLUSHALL`, `WAIT`. Anything else — another command, option or
-//! subcommand — is refused with an `ERR` that names it and says the
-//! in-memory server does not run it: a clear failure, never a silent
-//! divergence. Commands that change a connection's state (`MULTI`,
+//! subcommand, and hexadecimal numbers as scores or score bounds (which
+//! Redis reads with `strtod`) — is refused with an `ERR` that names it
+//! and says the in-memory server does not run it: a clear failure, never
+//! a silent divergence. Commands that change a connection's state (`MULTI`,
 //! `SUBSCRIBE`, `HELLO`, `SELECT`, …) belong to a connection, which
 //! [`Server::call`] has not: a transport built on it answers them.
 //!

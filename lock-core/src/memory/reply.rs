@@ -154,14 +154,20 @@ pub(crate) fn parse_i64(bytes: &[u8]) -> Option<i64> {
     }
 }
 
-/// Redis' score parsing (`strtod` on the whole argument, NaN refused).
+/// Redis' score parsing (`getDoubleFromObject`: `strtod` on the whole
+/// argument, NaN refused, and a number out of a double's range refused as
+/// `strtod`'s `ERANGE` makes Redis refuse it: `1e400`, which would be
+/// infinite, and `1e-400`, which would be 0; `inf` itself is a score).
 pub(crate) fn parse_f64(bytes: &[u8]) -> Option<f64> {
     let text = std::str::from_utf8(bytes).ok()?;
     if text.is_empty() || text.starts_with(|c: char| c.is_ascii_whitespace()) {
         return None;
     }
     let value: f64 = text.parse().ok()?;
-    (!value.is_nan()).then_some(value)
+    let mantissa = text.split(['e', 'E']).next().unwrap_or(text);
+    let overflow = value.is_infinite() && mantissa.bytes().any(|b| b.is_ascii_digit());
+    let underflow = value == 0.0 && mantissa.bytes().any(|b| matches!(b, b'1'..=b'9'));
+    (!value.is_nan() && !overflow && !underflow).then_some(value)
 }
 
 /// A number as C's `strtod` reads a whole argument, the way Redis reads the
@@ -274,6 +280,15 @@ mod tests {
         assert_eq!(parse_f64(b"nan"), None);
         assert_eq!(parse_f64(b" 1"), None);
         assert_eq!(parse_f64(b"x"), None);
+        assert_eq!(parse_f64(b"+inf"), Some(f64::INFINITY));
+        assert_eq!(parse_f64(b"Infinity"), Some(f64::INFINITY));
+        assert_eq!(parse_f64(b"0e500"), Some(0.0));
+        assert_eq!(parse_f64(b"-0.0e-400"), Some(-0.0));
+        assert_eq!(parse_f64(b"4e-320"), Some(4e-320), "a subnormal");
+        assert_eq!(parse_f64(b"1.7976931348623157e308"), Some(f64::MAX));
+        for out_of_range in ["1e400", "-1e400", "1e-400", "-0.5e-400", "1.8e308"] {
+            assert_eq!(parse_f64(out_of_range.as_bytes()), None, "{out_of_range}");
+        }
     }
 
     #[test]

@@ -37,6 +37,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use crate::support;
 
 mod election;
+mod lists;
 mod multi;
 mod semaphore;
 
@@ -1536,6 +1537,11 @@ fn cases() -> Vec<(&'static str, Vec<Step>)> {
         l += 1;
         format!("conf:e{l}")
     }));
+    let mut q = 0;
+    table.extend(lists::cases(&mut || {
+        q += 1;
+        format!("conf:q{q}")
+    }));
     table.push((
         "Lua: conversions both ways, the redis table, errors and their positions",
         evals
@@ -1857,6 +1863,12 @@ fn keyspace(target: &mut dyn Target) -> BTreeMap<String, (String, String, Option
                 }
                 other => format!("{other:?}"),
             }),
+            "list" => target
+                .call(&args(&["LRANGE", &key, "0", "-1"]))
+                .map(|v| match v {
+                    Value::Array(items) => items.iter().map(&text).collect::<Vec<_>>().join(" "),
+                    other => format!("{other:?}"),
+                }),
             "zset" => target
                 .call(&args(&["ZRANGE", &key, "0", "-1", "WITHSCORES"]))
                 .map(|v| match v {
