@@ -37,6 +37,7 @@ use tokio::sync::mpsc::UnboundedReceiver;
 use crate::support;
 
 mod election;
+mod fair;
 mod lists;
 mod multi;
 mod semaphore;
@@ -47,7 +48,7 @@ const LATCH_MS: &str = "1000";
 const TTL_TOLERANCE_MS: i64 = 1_000;
 
 /// The protocol's scripts, by name, with their sources.
-const SCRIPTS: [(&str, &str); 20] = [
+const SCRIPTS: [(&str, &str); 24] = [
     (
         "acquire",
         include_str!("../../../lock-core/src/protocol/acquire.lua"),
@@ -127,6 +128,22 @@ const SCRIPTS: [(&str, &str); 20] = [
     (
         "multi_acquire",
         include_str!("../../../lock-core/src/protocol/multi_acquire.lua"),
+    ),
+    (
+        "fair_acquire",
+        include_str!("../../../lock-core/src/protocol/fair_acquire.lua"),
+    ),
+    (
+        "fair_release",
+        include_str!("../../../lock-core/src/protocol/fair_release.lua"),
+    ),
+    (
+        "fair_cancel",
+        include_str!("../../../lock-core/src/protocol/fair_cancel.lua"),
+    ),
+    (
+        "fair_force_unlock",
+        include_str!("../../../lock-core/src/protocol/fair_force_unlock.lua"),
     ),
 ];
 
@@ -1536,6 +1553,11 @@ fn cases() -> Vec<(&'static str, Vec<Step>)> {
     table.extend(election::cases(&mut || {
         l += 1;
         format!("conf:e{l}")
+    }));
+    let mut f = 0;
+    table.extend(fair::cases(&mut || {
+        f += 1;
+        format!("conf:f{f}")
     }));
     let mut q = 0;
     table.extend(lists::cases(&mut || {
