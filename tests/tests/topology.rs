@@ -11,6 +11,7 @@ mod topology {
     mod cluster;
     mod cluster_harness;
     mod deployments;
+    mod fair_cluster;
     mod fenced_cluster;
     mod replica_ack;
     mod sentinel;

@@ -384,3 +384,133 @@ async fn try_acquire_never_queues_and_respects_the_queue() {
     assert!(plain.try_acquire().await.expect("try").is_none());
     guard.release().await.expect("release");
 }
+
+#[tokio::test]
+async fn a_fair_hold_re_enters_in_its_context_and_counts_in_redisons_hash() {
+    let server = support::server();
+    let client = fair_client(&server, 5_000);
+    let name = "fair:reentry";
+    let lock = client.fair_lock(name).expect("lock");
+    let mut conn = raw(&server).await;
+    let ctx = lock_core::LockContext::new();
+    let (outer, inner) = ctx
+        .clone()
+        .scope(async {
+            let outer = lock.acquire().await.expect("outer");
+            let inner = lock
+                .acquire_timeout(Duration::from_millis(200))
+                .await
+                .expect("re-entered, not queued behind itself");
+            (outer, inner)
+        })
+        .await;
+    let count: String = cmd(&mut conn, &["HGET", name, outer.owner_id()]).await;
+    assert_eq!(count, "2", "Redisson's re-entry count");
+    assert_eq!(inner.fencing_token(), outer.fencing_token(), "one hold");
+    assert!(
+        queue_of(&mut conn, name).await.is_empty(),
+        "a re-entry never queues"
+    );
+    // another context queues behind it
+    let other = lock_core::LockContext::new()
+        .scope(lock.acquire_timeout(Duration::from_millis(150)))
+        .await;
+    assert!(other.expect_err("busy").is_wait_timeout());
+    inner.release().await.expect("inner");
+    let count: String = cmd(&mut conn, &["HGET", name, outer.owner_id()]).await;
+    assert_eq!(count, "1");
+    outer.release().await.expect("outer");
+    let exists: i64 = cmd(&mut conn, &["EXISTS", name]).await;
+    assert_eq!(exists, 0);
+}
+
+#[tokio::test]
+async fn shutdown_takes_waiters_out_of_the_queue_and_gives_the_lock_back() {
+    let server = support::server();
+    let holder = fair_client(&server, 5_000);
+    let waiting = fair_client(&server, 5_000);
+    let name = "fair:shutdown";
+    let mut conn = raw(&server).await;
+    let held = holder
+        .fair_lock(name)
+        .expect("lock")
+        .acquire()
+        .await
+        .expect("held");
+    let mut waiters = Vec::new();
+    for _ in 0..3 {
+        let lock = waiting.fair_lock(name).expect("lock");
+        waiters.push(tokio::spawn(async move { lock.acquire().await }));
+    }
+    queue_reaches(&mut conn, name, 3).await;
+    let _report = within(
+        Duration::from_secs(10),
+        "shutdown",
+        waiting.shutdown(Duration::from_secs(5)),
+    )
+    .await;
+    for waiter in waiters {
+        let err = waiter.await.expect("join").expect_err("shut down");
+        assert!(matches!(err, lock_core::Error::Closed), "{err}");
+    }
+    assert!(
+        queue_of(&mut conn, name).await.is_empty(),
+        "every waiter left"
+    );
+    let marks: i64 = cmd(
+        &mut conn,
+        &["ZCARD", &format!("lockcore_fair_alive:{{{name}}}")],
+    )
+    .await;
+    assert_eq!(marks, 0, "no liveness mark left");
+    // the holder's own shutdown releases its hold
+    drop(held);
+    let _report = within(
+        Duration::from_secs(10),
+        "shutdown",
+        holder.shutdown(Duration::from_secs(5)),
+    )
+    .await;
+    let exists: i64 = cmd(&mut conn, &["EXISTS", name]).await;
+    assert_eq!(exists, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_in_memory_server_runs_the_fair_lock_in_arrival_order() {
+    let server = lock_core::MemoryServer::new();
+    let client = LockClient::builder(server.url())
+        .watchdog_timeout(Duration::from_secs(2))
+        .build()
+        .expect("client");
+    let name = "fair:memory";
+    let lock = client.fair_lock(name).expect("lock");
+    let first = lock.acquire().await.expect("first");
+    let order = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let mut tasks = Vec::new();
+    for i in 0..6usize {
+        let (waiter, order) = (lock.clone(), order.clone());
+        tasks.push(tokio::spawn(async move {
+            let guard = waiter
+                .acquire_timeout(Duration::from_secs(10))
+                .await
+                .expect("turn");
+            order.lock().expect("order").push(i);
+            guard.release().await.expect("release");
+        }));
+        // each arrives after the last one queued
+        for _ in 0..400 {
+            if lock.fair_queue().await.expect("queue").len() > i {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+    assert_eq!(lock.fair_queue().await.expect("queue").len(), 6);
+    first.release().await.expect("release");
+    for task in tasks {
+        within(Duration::from_secs(15), "a waiter", task)
+            .await
+            .expect("waiter");
+    }
+    assert_eq!(*order.lock().expect("order"), vec![0, 1, 2, 3, 4, 5]);
+}
