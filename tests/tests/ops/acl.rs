@@ -47,6 +47,10 @@ const KEYS: &[&str] = &[
     // an election's leader record and its channel (a key of the record's script)
     "~lockcore_leader:{app:*",
     "~lockcore_leader__channel:{app:*",
+    // the fair lock: Redisson's queue and deadlines, lock-core's liveness marks
+    "~redisson_lock_queue:{app:*",
+    "~redisson_lock_timeout:{app:*",
+    "~lockcore_fair_alive:{app:*",
 ];
 const CHANNELS: &[&str] = &[
     "&redisson_lock__channel:{app:*",
@@ -96,6 +100,13 @@ const COMMANDS: &[&str] = &[
     "+decr",
     "+zscore",
     "+zrangebyscore",
+    // sent for a fair lock's queue, and run by its scripts
+    "+lrange",
+    "+lindex",
+    "+lpop",
+    "+rpush",
+    "+lrem",
+    "+zincrby",
 ];
 
 /// `--user <name> on >pw resetkeys resetchannels -@all <rules...>`.
@@ -430,6 +441,29 @@ async fn a_user_with_the_documented_acl_can_do_everything() {
             .expect("view"),
         None
     );
+
+    // A fair lock: a waiter queued behind the other client's hold, then served.
+    let fair = client.fair_lock("ledger").expect("name");
+    let held = other.fair_lock("ledger").expect("name").acquire().await.expect("fair");
+    let waiter = {
+        let fair = fair.clone();
+        tokio::spawn(async move { fair.acquire_timeout(Duration::from_secs(5)).await })
+    };
+    let mut queued = 0;
+    for _ in 0..200 {
+        queued = fair.fair_queue().await.expect("fair queue").len();
+        if queued == 1 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(queued, 1, "queued");
+    held.release().await.expect("release");
+    let turn = within(Duration::from_secs(5), "fair turn", waiter)
+        .await
+        .expect("task")
+        .expect("fair acquire");
+    turn.release().await.expect("release");
 
     // Nothing was denied but the optional CONFIG GET of the eviction check.
     let denials = acl_denials(&server);
