@@ -67,6 +67,16 @@ pub fn client_rw_lock<C: Borrow<LockClient> + ?Sized>(
     side(client.borrow(), name, mode)
 }
 
+/// The fair lock called `name` on the default client (`mode = "fair"`).
+pub fn default_fair_lock(name: &str) -> Result<Lock> {
+    crate::default_client::default_client()?.fair_lock(name)
+}
+
+/// The fair lock called `name` on `client` (`mode = "fair"`).
+pub fn client_fair_lock<C: Borrow<LockClient> + ?Sized>(client: &C, name: &str) -> Result<Lock> {
+    client.borrow().fair_lock(name)
+}
+
 fn side(client: &LockClient, name: &str, mode: LockMode) -> Result<Lock> {
     match mode {
         LockMode::Exclusive => client.lock(name),

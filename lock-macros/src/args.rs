@@ -15,7 +15,7 @@ const OPTIONS: &str = "`key`, `mode`, `permits`, `wait`, `lease`, `client`, `ski
      `cancel_on_lost`, `crate`";
 
 /// The values `mode` takes.
-const MODES: &str = "\"read\", \"write\" or \"exclusive\" (the default)";
+const MODES: &str = "\"read\", \"write\", \"fair\" or \"exclusive\" (the default)";
 
 /// The most permits `permits = N` may name (lock-core's bound on one
 /// acquisition).
@@ -41,6 +41,8 @@ pub(crate) enum LockKind {
     Read,
     /// `LockClient::rw_lock(..).write()`: alone.
     Write,
+    /// `LockClient::fair_lock`: alone, in arrival order.
+    Fair,
 }
 
 /// `permits = N`: the fn holds one permit of the expirable semaphore `key`
@@ -291,6 +293,7 @@ fn lock_kind(value: &Expr) -> syn::Result<LockKind> {
         "exclusive" => Ok(LockKind::Exclusive),
         "read" => Ok(LockKind::Read),
         "write" => Ok(LockKind::Write),
+        "fair" => Ok(LockKind::Fair),
         other => Err(syn::Error::new_spanned(
             lit,
             format!("unknown mode {other:?}: write {MODES}"),
@@ -419,6 +422,7 @@ mod tests {
                 LockKind::Exclusive,
             ),
             (quote::quote!(mode = "read", key = "a"), LockKind::Read),
+            (quote::quote!(key = "a", mode = "fair"), LockKind::Fair),
             (
                 quote::quote!(key = "a", mode = "write", skip_if_locked),
                 LockKind::Write,

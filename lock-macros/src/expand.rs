@@ -196,7 +196,7 @@ fn build(func: &ItemFn, args: &Args, mode: Mode, key: TokenStream) -> TokenStrea
     // side of the read-write lock names its mode; `permits` (never with
     // `mode`) takes a semaphore instead.
     let side = match args.kind {
-        LockKind::Exclusive => None,
+        LockKind::Exclusive | LockKind::Fair => None,
         LockKind::Read => Some(quote!(#private::LockMode::Read)),
         LockKind::Write => Some(quote!(#private::LockMode::Write)),
     };
@@ -205,6 +205,7 @@ fn build(func: &ItemFn, args: &Args, mode: Mode, key: TokenStream) -> TokenStrea
     let handle = match &args.permits {
         Some(permits) => permit_handle(&private, client, &key, permits.count),
         None if multi => multi_handle(&private, client, &key),
+        None if args.kind == LockKind::Fair => fair_handle(&private, client, &key),
         None => lock_handle(&private, client, &key, side),
     };
 
@@ -316,6 +317,21 @@ fn lock_handle(
         }
         (None, None) => quote!(#private::default_lock(#key)),
         (None, Some(side)) => quote!(#private::default_rw_lock(#key, #side)),
+    }
+}
+
+/// `mode = "fair"`: the fair lock `key`.
+fn fair_handle(
+    private: &TokenStream,
+    client: Option<&syn::Expr>,
+    key: &TokenStream,
+) -> TokenStream {
+    match client {
+        Some(client) => {
+            let client = quote_spanned!(client.span()=> &(#client));
+            quote!(#private::client_fair_lock(#client, #key))
+        }
+        None => quote!(#private::default_fair_lock(#key)),
     }
 }
 

@@ -96,6 +96,7 @@ use proc_macro::TokenStream;
 /// | `key = "stock:{sku}"` | required | the lock's name, built from the arguments |
 /// | `key = ["account:{from}", "account:{to}"]` | | a multi-lock of every key, without deadlock |
 /// | `mode = "read"` / `"write"` | `"exclusive"` | a side of the read-write lock `key` instead of the exclusive lock |
+/// | `mode = "fair"` | `"exclusive"` | the fair lock `key` (Redisson's `RFairLock`: calls run in arrival order) |
 /// | `permits = 4` | off (a lock) | one permit of the expirable semaphore `key` of that many permits: up to 4 calls at once |
 /// | `wait = "5s"` | wait until acquired | give up after this long (`Error::WaitTimeout`) |
 /// | `lease = "30s"` | watchdog renewal | the lock expires after this long and is not renewed |

@@ -342,3 +342,63 @@ async fn skip_if_locked_skips_only_what_the_holders_side_excludes() {
         Some(Some(LockMode::Write))
     );
 }
+
+/// A call of `mode = "fair"`: it records its turn in Redis (a raw
+/// connection) while it holds the fair lock `ledger:{day}`.
+#[distributed_lock(key = "ledger:{day}", mode = "fair", client = client, wait = "20s")]
+async fn close_day(
+    client: &LockClient,
+    conn: redis::aio::MultiplexedConnection,
+    day: u32,
+    who: usize,
+) -> Result<(), lock_core::Error> {
+    let mut conn = conn;
+    let _: i64 =
+        crate::support::cmd(&mut conn, &["RPUSH", "macro:fair:order", &who.to_string()]).await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fair_calls_queue_in_redissons_queue_and_run_in_arrival_order() {
+    let server = crate::support::server();
+    let client = crate::support::client_for(&server, 5_000);
+    let mut conn = crate::support::raw(&server).await;
+    let holder = client
+        .fair_lock("ledger:7")
+        .expect("name")
+        .acquire()
+        .await
+        .expect("held");
+    let mut calls = Vec::new();
+    for who in 0..5usize {
+        let (client, call_conn) = (client.clone(), crate::support::raw(&server).await);
+        calls.push(tokio::spawn(async move {
+            close_day(&client, call_conn, 7, who).await
+        }));
+        let mut queued = 0;
+        for _ in 0..400 {
+            let q: Vec<String> = crate::support::cmd(
+                &mut conn,
+                &["LRANGE", "redisson_lock_queue:{ledger:7}", "0", "-1"],
+            )
+            .await;
+            queued = q.len();
+            if queued > who {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        assert_eq!(queued, who + 1, "call {who} waits in the fair queue");
+    }
+    holder.release().await.expect("release");
+    for call in calls {
+        crate::support::within(Duration::from_secs(20), "a call", call)
+            .await
+            .expect("join")
+            .expect("call");
+    }
+    let order: Vec<String> =
+        crate::support::cmd(&mut conn, &["LRANGE", "macro:fair:order", "0", "-1"]).await;
+    assert_eq!(order, ["0", "1", "2", "3", "4"]);
+}

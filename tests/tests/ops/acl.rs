@@ -444,7 +444,12 @@ async fn a_user_with_the_documented_acl_can_do_everything() {
 
     // A fair lock: a waiter queued behind the other client's hold, then served.
     let fair = client.fair_lock("ledger").expect("name");
-    let held = other.fair_lock("ledger").expect("name").acquire().await.expect("fair");
+    let held = other
+        .fair_lock("ledger")
+        .expect("name")
+        .acquire()
+        .await
+        .expect("fair");
     let waiter = {
         let fair = fair.clone();
         tokio::spawn(async move { fair.acquire_timeout(Duration::from_secs(5)).await })
