@@ -375,6 +375,7 @@ mod flavour;
 mod key;
 mod lock;
 mod mode;
+mod multi;
 mod observe;
 mod permit;
 
@@ -396,6 +397,10 @@ pub use lock::{Lock, LockLayer, ResponseFuture, DEFAULT_WAIT};
 pub use mode::{AlwaysWrite, ClassifyRequest, ReadWrite};
 #[cfg(feature = "http")]
 pub use mode::{ReadPaths, SafeMethodsRead};
+pub use multi::{
+    AttachHeldLocks, HeldLocks, IntoLockKeys, MakeLockKeys, MultiFlavour, MultiLockFuture,
+    MultiLockLayer, MultiLockService,
+};
 pub use permit::{
     AttachPermit, PermitFlavour, PermitFuture, PermitLayer, PermitLimit, RequestPermit,
     DEFAULT_PERMIT_WAIT,
