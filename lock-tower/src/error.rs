@@ -488,8 +488,10 @@ mod tests {
                 waited: std::time::Duration::from_millis(1),
             },
         );
-        let invalid =
-            LockError::for_keys(["", "b"], lock_core::Error::InvalidName { reason: "e".into() });
+        let invalid = LockError::for_keys(
+            ["", "b"],
+            lock_core::Error::InvalidName { reason: "e".into() },
+        );
         let lost = LockError::for_keys(keys, lock_core::Error::Lost { name: "b".into() });
         let redis = LockError::for_keys(keys, lock_core::Error::PoolTimeout);
         assert!(busy.is_busy() && busy.is_multi() && busy.reason() == "busy");
