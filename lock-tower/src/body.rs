@@ -8,17 +8,19 @@ use std::task::{ready, Context, Poll};
 
 use bytes::Bytes;
 use http_body::{Body, Frame, SizeHint};
-use lock_core::LockGuard;
+use lock_core::{LockGuard, MultiGuard};
 use pin_project_lite::pin_project;
 
 use crate::permit::RequestPermit;
 
-/// What a body may keep until it ends: a lock layer's guard, or a permit
-/// layer's reference to the request's permit. Kept for their drop only.
+/// What a body may keep until it ends: a lock layer's guard, a permit
+/// layer's reference to the request's permit, or a multi-lock layer's
+/// guard of every lock of the request. Kept for their drop only.
 #[allow(dead_code)]
 enum Keep {
     Lock(LockGuard),
     Permit(RequestPermit),
+    Locks(MultiGuard),
 }
 
 pin_project! {
@@ -31,7 +33,8 @@ pin_project! {
 
 pin_project! {
     /// A response body that may hold the request's lock (or, behind a
-    /// [`PermitLayer`](crate::PermitLayer), its permit) until it has
+    /// [`PermitLayer`](crate::PermitLayer), its permit; behind a
+    /// [`MultiLockLayer`](crate::MultiLockLayer), its locks) until it has
     /// yielded its last frame (or is dropped, when the client goes away).
     ///
     /// The HTTP and gRPC flavours wrap every response body in it; with
@@ -87,6 +90,24 @@ impl<B> LockBody<B> {
         }
     }
 
+    /// Wraps `body`; `guard`, if any (the guard of every lock a
+    /// [`MultiLockLayer`](crate::MultiLockLayer) took for the request), is
+    /// dropped (every lock released in the background) when the body ends,
+    /// fails, or is dropped. What a multi-lock layer with
+    /// [`hold_until_body_end`](crate::MultiLockLayer::hold_until_body_end)
+    /// answers with.
+    ///
+    /// ```
+    /// let body = lock_tower::LockBody::with_locks(String::from("hello"), None);
+    /// assert!(!body.holds_lock());
+    /// ```
+    pub fn with_locks(body: B, guard: Option<MultiGuard>) -> Self {
+        LockBody {
+            kind: Kind::Inner { body },
+            guard: guard.map(Keep::Locks),
+        }
+    }
+
     /// A body of the layer's own with these bytes.
     ///
     /// ```
@@ -113,13 +134,14 @@ impl<B> LockBody<B> {
         Self::full(Bytes::new())
     }
 
-    /// Whether the body still holds the request's lock.
+    /// Whether the body still holds the request's lock (behind a
+    /// [`MultiLockLayer`](crate::MultiLockLayer), its locks).
     ///
     /// ```
     /// assert!(!lock_tower::LockBody::new(String::new(), None).holds_lock());
     /// ```
     pub fn holds_lock(&self) -> bool {
-        matches!(self.guard, Some(Keep::Lock(_)))
+        matches!(self.guard, Some(Keep::Lock(_) | Keep::Locks(_)))
     }
 
     /// Whether the body still holds the request's permit (a

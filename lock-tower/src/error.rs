@@ -23,6 +23,10 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
 /// wait bound, and the texts (and the gRPC flavour's busy status) say
 /// "limit" rather than "lock".
 ///
+/// A [`MultiLockLayer`](crate::MultiLockLayer) answers with it when a
+/// request's locks cannot all be taken: then [`is_multi`](Self::is_multi)
+/// is true and [`keys`](Self::keys) lists every key of the request.
+///
 /// Each flavour turns it into an answer: the HTTP flavour into a response
 /// (503 + `Retry-After` when busy, 500 when Redis failed, 400 for a bad
 /// key, 503 when lost), the gRPC flavour into a `tonic::Status`, the
@@ -49,6 +53,9 @@ pub struct LockError {
     /// The key names a [`PermitLayer`](crate::PermitLayer)'s semaphore,
     /// not a lock.
     permit: bool,
+    /// A [`MultiLockLayer`](crate::MultiLockLayer)'s request: every key it
+    /// mapped to (`key` is them joined with `, `).
+    multi: Option<Vec<String>>,
 }
 
 impl LockError {
@@ -64,6 +71,68 @@ impl LockError {
             key: key.into(),
             source,
             permit: false,
+            multi: None,
+        }
+    }
+
+    /// An error of a [`MultiLockLayer`](crate::MultiLockLayer): the locks
+    /// `keys` (every key the request mapped to) could not be taken
+    /// together, caused by `source`. [`key`](Self::key) is the keys joined
+    /// with `, `; [`keys`](Self::keys) lists them.
+    ///
+    /// ```
+    /// use std::time::Duration;
+    /// let busy = lock_tower::LockError::for_keys(
+    ///     ["account:4", "account:17"],
+    ///     lock_core::Error::WaitTimeout { name: "account:17, account:4".into(), waited: Duration::from_secs(1) },
+    /// );
+    /// assert!(busy.is_busy() && busy.is_multi());
+    /// assert_eq!(busy.keys(), ["account:4", "account:17"]);
+    /// assert_eq!(busy.key(), "account:4, account:17");
+    /// assert_eq!(busy.to_string(), "locks `account:4`, `account:17` are busy");
+    /// ```
+    pub fn for_keys<I>(keys: I, source: lock_core::Error) -> Self
+    where
+        I: IntoIterator,
+        I::Item: Into<String>,
+    {
+        let keys: Vec<String> = keys.into_iter().map(Into::into).collect();
+        LockError {
+            key: keys.join(", "),
+            source,
+            permit: false,
+            multi: Some(keys),
+        }
+    }
+
+    /// Whether the error comes from a [`MultiLockLayer`](crate::MultiLockLayer)
+    /// (a request that maps to several keys, all taken together).
+    ///
+    /// ```
+    /// let one = lock_tower::LockError::new("k", lock_core::Error::PoolTimeout);
+    /// let many = lock_tower::LockError::for_keys(["a", "b"], lock_core::Error::PoolTimeout);
+    /// assert!(!one.is_multi() && many.is_multi());
+    /// ```
+    pub fn is_multi(&self) -> bool {
+        self.multi.is_some()
+    }
+
+    /// Every key the request mapped to: the one [`key`](Self::key) of a
+    /// [`LockLayer`](crate::LockLayer)'s or
+    /// [`PermitLayer`](crate::PermitLayer)'s error, each key of a
+    /// [`MultiLockLayer`](crate::MultiLockLayer)'s (sorted, without
+    /// duplicates).
+    ///
+    /// ```
+    /// let one = lock_tower::LockError::new("k", lock_core::Error::PoolTimeout);
+    /// assert_eq!(one.keys(), ["k"]);
+    /// let many = lock_tower::LockError::for_keys(["a", "b"], lock_core::Error::PoolTimeout);
+    /// assert_eq!(many.keys(), ["a", "b"]);
+    /// ```
+    pub fn keys(&self) -> &[String] {
+        match &self.multi {
+            Some(keys) => keys,
+            None => std::slice::from_ref(&self.key),
         }
     }
 
@@ -85,6 +154,7 @@ impl LockError {
             key: key.into(),
             source,
             permit: true,
+            multi: None,
         }
     }
 
@@ -102,7 +172,9 @@ impl LockError {
     }
 
     /// The lock key the request mapped to (for a
-    /// [`PermitLayer`](crate::PermitLayer), the semaphore's name).
+    /// [`PermitLayer`](crate::PermitLayer), the semaphore's name; for a
+    /// [`MultiLockLayer`](crate::MultiLockLayer), its keys joined with
+    /// `, `: see [`keys`](Self::keys)).
     ///
     /// ```
     /// let err = lock_tower::LockError::new("k", lock_core::Error::PoolTimeout);
@@ -272,6 +344,9 @@ impl fmt::Display for LockError {
         if self.permit {
             return self.fmt_permit(f);
         }
+        if let Some(keys) = &self.multi {
+            return self.fmt_multi(f, keys);
+        }
         if self.is_busy() {
             write!(f, "lock `{}` is busy", self.key)
         } else if self.is_invalid_key() {
@@ -309,6 +384,29 @@ impl LockError {
             )
         } else {
             write!(f, "could not take a permit of `{}`", self.key)
+        }
+    }
+}
+
+impl LockError {
+    /// The texts of a [`MultiLockLayer`](crate::MultiLockLayer)'s errors:
+    /// every key, each in backticks.
+    fn fmt_multi(&self, f: &mut fmt::Formatter<'_>, keys: &[String]) -> fmt::Result {
+        let list = keys
+            .iter()
+            .map(|k| format!("`{k}`"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        if self.is_busy() {
+            write!(f, "locks {list} are busy")
+        } else if self.is_invalid_key() {
+            write!(f, "invalid lock key among {list}")
+        } else if let lock_core::Error::Lost { name } = &self.source {
+            write!(f, "lock `{name}` of {list} was lost")
+        } else if self.is_not_replicated() {
+            write!(f, "locks {list} were not acknowledged by replicas")
+        } else {
+            write!(f, "could not take locks {list}")
         }
     }
 }
@@ -378,6 +476,37 @@ mod tests {
             reasons,
             ["busy", "redis", "invalid_key", "lost", "not_replicated"]
         );
+    }
+
+    #[test]
+    fn multi_errors_name_every_key_and_keep_their_kinds() {
+        let keys = ["a", "b"];
+        let busy = LockError::for_keys(
+            keys,
+            lock_core::Error::WaitTimeout {
+                name: "a, b".into(),
+                waited: std::time::Duration::from_millis(1),
+            },
+        );
+        let invalid = LockError::for_keys(
+            ["", "b"],
+            lock_core::Error::InvalidName { reason: "e".into() },
+        );
+        let lost = LockError::for_keys(keys, lock_core::Error::Lost { name: "b".into() });
+        let redis = LockError::for_keys(keys, lock_core::Error::PoolTimeout);
+        assert!(busy.is_busy() && busy.is_multi() && busy.reason() == "busy");
+        assert!(invalid.is_invalid_key() && invalid.reason() == "invalid_key");
+        assert!(lost.is_lost() && lost.reason() == "lost");
+        assert!(redis.is_redis() && redis.reason() == "redis");
+        assert_eq!(busy.keys(), ["a", "b"]);
+        assert_eq!(busy.key(), "a, b");
+        assert_eq!(busy.to_string(), "locks `a`, `b` are busy");
+        assert_eq!(invalid.to_string(), "invalid lock key among ``, `b`");
+        assert_eq!(lost.to_string(), "lock `b` of `a`, `b` was lost");
+        assert_eq!(redis.to_string(), "could not take locks `a`, `b`");
+        let one = LockError::new("k", lock_core::Error::PoolTimeout);
+        assert!(!one.is_multi());
+        assert_eq!(one.keys(), ["k"]);
     }
 
     #[test]

@@ -1,7 +1,9 @@
 //! A tower [`Layer`](tower_layer::Layer) that serializes requests per key
 //! across every replica of a service, with a [`lock_core`] lock on Redis;
-//! and [`PermitLayer`], which lets at most N requests per key run at once
-//! across every replica (see "Per-key concurrency limit").
+//! [`MultiLockLayer`], which runs each request under several keys' locks
+//! at once (see "Several keys per request"); and [`PermitLayer`], which
+//! lets at most N requests per key run at once across every replica (see
+//! "Per-key concurrency limit").
 //!
 //! ```text
 //! POST /accounts/7/withdraw ─┐
@@ -262,6 +264,85 @@
 //! [`LockError::is_lost`]). It covers the handler up to its response, not a
 //! body streamed under [`hold_until_body_end`](LockLayer::hold_until_body_end).
 //!
+//! # Several keys per request
+//!
+//! [`MultiLockLayer`] runs each request under several locks at once: its
+//! key function ([`MakeLockKeys`]: a closure returning a `Vec` or an
+//! array of names, an `Option` of one, or a tuple of single-key
+//! extractors) maps the request to a list of lock names, and the request
+//! runs once it holds all of them, across every replica. A transfer
+//! between two accounts locks both; requests whose key sets overlap run
+//! one at a time, disjoint sets run together, an empty list passes
+//! straight through with no Redis call.
+//!
+//! The locks are taken through [`lock_core::LockClient::multi_lock`]: all
+//! or nothing, the names sorted, nothing held while waiting, so a
+//! transfer from `a` to `b` and one from `b` to `a` never deadlock. Each
+//! name is an ordinary lock: a [`LockLayer`] of one of the names excludes
+//! the request and is excluded by it. The options, the answers (503 +
+//! `Retry-After` / `UNAVAILABLE` / a [`LockError`] whose
+//! [`keys`](LockError::keys) name the request's keys) and the release
+//! (when the response is produced, or with
+//! [`hold_until_body_end`](MultiLockLayer::hold_until_body_end) at the
+//! body's end; at once when the client goes away) are the lock layer's.
+//! The handler finds its locks as a [`HeldLocks`] in the request's
+//! extensions (axum: `Extension<HeldLocks>`): names, fencing tokens,
+//! `is_held`, a lost signal.
+//!
+//! ```
+//! use std::convert::Infallible;
+//! use std::time::Duration;
+//! use lock_tower::{LockError, MultiLockLayer};
+//! use tower::{service_fn, ServiceBuilder, ServiceExt};
+//!
+//! /// Move `amount` from one account to another.
+//! struct Transfer { from: u64, to: u64, amount: u64 }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), lock_tower::BoxError> {
+//! # let server = lock_tests::RedisServer::start()?;
+//! # let redis_url = server.url();
+//! let client = lock_core::LockClient::builder(redis_url).build()?;
+//!
+//! // Both accounts of a transfer, in whatever order: no deadlock.
+//! let transfers = ServiceBuilder::new()
+//!     .layer(
+//!         MultiLockLayer::generic(client.clone(), |t: &Transfer| {
+//!             [format!("account:{}", t.from), format!("account:{}", t.to)]
+//!         })
+//!         .wait(Duration::from_millis(200)),
+//!     )
+//!     .service(service_fn(|t: Transfer| async move {
+//!         // read, check, write both balances: nobody else is in either account
+//!         Ok::<_, Infallible>(format!("moved {} from {} to {}", t.amount, t.from, t.to))
+//!     }));
+//!
+//! let done = transfers.clone().oneshot(Transfer { from: 17, to: 4, amount: 5 }).await?;
+//! assert_eq!(done, "moved 5 from 17 to 4");
+//!
+//! // While account 4 is held elsewhere, transfers touching it wait 200 ms,
+//! // then fail with a LockError naming both keys.
+//! let held = client.lock("account:4")?.acquire().await?;
+//! let err = transfers.clone().oneshot(Transfer { from: 4, to: 9, amount: 1 }).await.unwrap_err();
+//! let err = err.downcast_ref::<LockError>().expect("a LockError");
+//! assert!(err.is_busy());
+//! assert_eq!(err.keys(), ["account:4", "account:9"]);
+//! held.release().await?;
+//! assert!(transfers.oneshot(Transfer { from: 4, to: 9, amount: 1 }).await.is_ok());
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! | made by | when the locks cannot be taken | the locks in the handler |
+//! |---|---|---|
+//! | [`MultiLockLayer::new`] ([`Http`]) | as [`LockLayer::new`]: 503 + `Retry-After` busy, 400 invalid key, 500 Redis failure | `Extension<HeldLocks>`, `req.extensions().get::<HeldLocks>()` |
+//! | [`MultiLockLayer::grpc`] ([`Grpc`], feature `tonic`) | as [`LockLayer::grpc`]: `UNAVAILABLE`, `INVALID_ARGUMENT`, `INTERNAL` | `request.extensions().get::<HeldLocks>()` |
+//! | [`MultiLockLayer::generic`] ([`Generic`]) | `Err(BoxError)` holding a [`LockError`] ([`is_multi`](LockError::is_multi), [`keys`](LockError::keys)) | [`HeldLock::current_for`](lock_core::HeldLock::current_for), one lock at a time |
+//!
+//! A multi-lock takes new holds only: nested in a [`LockLayer`] (or
+//! another multi-lock layer) of one of its keys, it waits for the outer
+//! request's own lock and answers "busy". Put it outside.
+//!
 //! # Per-key concurrency limit
 //!
 //! [`PermitLayer`] is tower's `ConcurrencyLimitLayer` per key and across
@@ -323,7 +404,8 @@
 //!
 //! The layer emits one [`tracing`](https://docs.rs/tracing) event (target
 //! `lock_tower`) per request it rejects or cancels, with the fields `lock` (the lock
-//! name the request mapped to) and `reason` ([`LockError::reason`]):
+//! name the request mapped to; for a [`MultiLockLayer`], its names joined
+//! with `, `) and `reason` ([`LockError::reason`]):
 //!
 //! | `reason` | level | when |
 //! |---|---|---|
@@ -352,7 +434,7 @@
 //!
 //! | metric | type | labels |
 //! |---|---|---|
-//! | `lock_tower_rejections_total` | counter | `reason`: `busy`, `invalid_key`, `lost`, `closed`, `not_replicated`, `upgrade_refused`, `redis` (as in "Logging") |
+//! | `lock_tower_rejections_total` | counter | `reason`: `busy`, `invalid_key`, `lost`, `closed`, `not_replicated`, `upgrade_refused`, `redis` (as in "Logging"): a [`LockLayer`]'s and a [`MultiLockLayer`]'s rejections |
 //! | `lock_tower_permit_rejections_total` | counter | `reason`, as above: a [`PermitLayer`]'s rejections (`busy`: the limit was full) |
 //!
 //! Incremented once per rejection, by every layer of the process. There
@@ -361,8 +443,8 @@
 //!
 //! # Features
 //!
-//! - `http` (default): the [`Http`] flavour (of [`LockLayer`] and
-//!   [`PermitLayer`]), [`LockBody`], the key extractors and [`HeldLockExt`].
+//! - `http` (default): the [`Http`] flavour (of [`LockLayer`],
+//!   [`MultiLockLayer`] and [`PermitLayer`]), [`LockBody`], the key extractors and [`HeldLockExt`].
 //! - `axum` (default, implies `http`): the [`Held`] extractor, through
 //!   `axum-core` (no dependency on axum itself).
 //! - `tonic`: the [`Grpc`] flavour (implies `http`), and [`HeldLockExt`]
@@ -375,6 +457,7 @@ mod flavour;
 mod key;
 mod lock;
 mod mode;
+mod multi;
 mod observe;
 mod permit;
 
@@ -396,6 +479,10 @@ pub use lock::{Lock, LockLayer, ResponseFuture, DEFAULT_WAIT};
 pub use mode::{AlwaysWrite, ClassifyRequest, ReadWrite};
 #[cfg(feature = "http")]
 pub use mode::{ReadPaths, SafeMethodsRead};
+pub use multi::{
+    AttachHeldLocks, HeldLocks, IntoLockKeys, MakeLockKeys, MultiFlavour, MultiLockFuture,
+    MultiLockLayer, MultiLockService,
+};
 pub use permit::{
     AttachPermit, PermitFlavour, PermitFuture, PermitLayer, PermitLimit, RequestPermit,
     DEFAULT_PERMIT_WAIT,

@@ -195,10 +195,20 @@ impl MultiTarget {
                     (blocker, pttl_ms)
                 }
                 Err(e) => {
+                    let now = Instant::now();
+                    // The wait bound passed while a round was in flight
+                    // (its calls were cut to what was left of the bound):
+                    // the wait timed out, as a single lock's does, unless
+                    // Redis had already stopped answering.
+                    if matches!(e, Error::CommandTimeout)
+                        && outage.is_none()
+                        && deadline.is_some_and(|d| now >= d)
+                    {
+                        return Ok(None);
+                    }
                     // Rides out a short outage (a restart, a failover) like
                     // a single lock's wait, within the command bound from
                     // its first failure and the caller's bound.
-                    let now = Instant::now();
                     let began = *outage.get_or_insert(now);
                     if !single
                         && e.is_transient()
@@ -257,6 +267,12 @@ impl MultiTarget {
                 }
                 _ = tokio::time::sleep(sleep) => {}
                 _ = until_deadline => {}
+            }
+            // The last round found a lock held and the wait bound has
+            // passed since: no round past it (its calls would have no time
+            // left), the wait timed out.
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(None);
             }
         }
     }

@@ -271,7 +271,7 @@ where
 /// this one poll: a handler that takes the same lock through lock-core's
 /// API (or the attribute macro) re-enters it instead of waiting for
 /// itself. Done per poll so that the inner future needs no box.
-fn in_context<T>(
+pub(crate) fn in_context<T>(
     ctx: &LockContext,
     cx: &mut Context<'_>,
     f: impl FnOnce(&mut Context<'_>) -> Poll<T>,

@@ -11,6 +11,8 @@ mod layer;
 mod service;
 mod settings;
 
+pub(crate) use future::in_context;
 pub use future::ResponseFuture;
 pub use layer::{LockLayer, DEFAULT_WAIT};
 pub use service::Lock;
+pub(crate) use settings::{Settings, Shared};

@@ -637,3 +637,43 @@ async fn the_in_memory_server_runs_the_multi_lock() {
         .expect("acquire");
     theirs.release().await.expect("release");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bounded_wait_that_passes_while_a_lock_is_held_is_a_wait_timeout() {
+    let server = support::server();
+    let client = support::client_for(&server, 30_000);
+    let other = support::client_for(&server, 30_000);
+    let mut conn = raw(&server).await;
+    let multi = client.multi_lock(["w:a", "w:b"]).expect("names");
+    // held by another client, then by this client's own single lock
+    for holder in [&other, &client] {
+        let held = holder
+            .lock("w:b")
+            .expect("name")
+            .acquire()
+            .await
+            .expect("acquire");
+        for wait_ms in [50, 200, 700] {
+            let wait = Duration::from_millis(wait_ms);
+            let started = Instant::now();
+            let err = support::within(
+                Duration::from_secs(10),
+                "bounded multi-lock wait",
+                multi.acquire_timeout(wait),
+            )
+            .await
+            .expect_err("w:b is held");
+            let took = started.elapsed();
+            assert!(err.is_wait_timeout(), "waited {wait:?}: {err:?}");
+            assert!(took >= wait, "gave up after {took:?} of {wait:?}");
+            let n: i64 = cmd(&mut conn, &["EXISTS", "w:a"]).await;
+            assert_eq!(n, 0, "w:a held while waiting");
+        }
+        held.release().await.expect("release");
+    }
+    let guard = multi
+        .acquire_timeout(Duration::from_secs(2))
+        .await
+        .expect("both free");
+    guard.release().await.expect("release");
+}
