@@ -20,6 +20,7 @@ use crate::protocol::cancel::{CancelCall, CancelMode, CancelReply};
 use crate::protocol::handoff::{HandOffCall, HandOffReply};
 use crate::protocol::keys::{LockKeys, Rule};
 use crate::protocol::release::{ReleaseCall, ReleaseReply};
+use crate::protocol::rw_leave::{parse_left, rw_leave_cmd};
 use crate::protocol::Script;
 
 /// How long a release keeps retrying after connection failures before it
@@ -305,7 +306,15 @@ impl Core {
     /// This client no longer waits for the lock: it leaves the set of
     /// waiting clients (its place would otherwise be given a turn nobody
     /// takes).
+    /// A writer's client also takes its mark away (see `rw_leave.lua`).
     pub(crate) async fn stop_waiting(&self, keys: &LockKeys) -> Result<bool> {
+        if keys.rule == Rule::Write {
+            let publish = self.publish_command().await?;
+            let script = &self.scripts.rw_leave;
+            let cmd = rw_leave_cmd(script, keys, &self.client_id, publish);
+            let reply = self.run_script(script, &cmd).await?;
+            return parse_left(&reply);
+        }
         let mut cmd = redis::cmd("ZREM");
         cmd.arg(keys.queue.as_str()).arg(&*self.client_id);
         self.run_cmd(&cmd).await.map(|v| v == Value::Int(1))

@@ -21,6 +21,7 @@ pub(crate) mod keys;
 pub(crate) mod multi_acquire;
 pub(crate) mod release;
 pub(crate) mod renew;
+pub(crate) mod rw_leave;
 mod script;
 pub(crate) mod sem_keys;
 pub(crate) mod semaphore;
@@ -83,6 +84,8 @@ pub(crate) struct Scripts {
     pub(crate) rw_acquire: Script,
     pub(crate) rw_release: Script,
     pub(crate) rw_cancel: Script,
+    /// A client's last waiting writer leaves (line and mark).
+    pub(crate) rw_leave: Script,
     /// The semaphores' and the count-down latch's scripts.
     pub(crate) sem_acquire: Script,
     pub(crate) sem_add: Script,
@@ -122,6 +125,7 @@ impl Scripts {
             rw_acquire: Script::new(include_str!("rw_acquire.lua")),
             rw_release: Script::new(include_str!("rw_release.lua")),
             rw_cancel: Script::new(include_str!("rw_cancel.lua")),
+            rw_leave: Script::new(include_str!("rw_leave.lua")),
             sem_acquire: Script::new(include_str!("sem_acquire.lua")),
             sem_add: Script::new(include_str!("sem_add.lua")),
             sem_release: Script::new(include_str!("sem_release.lua")),
@@ -207,6 +211,7 @@ mod tests {
             &s.fair_release.sha,
             &s.fair_cancel.sha,
             &s.fair_force_unlock.sha,
+            &s.rw_leave.sha,
         ];
         for sha in shas {
             assert_eq!(sha.len(), 40);
@@ -215,7 +220,7 @@ mod tests {
         let mut sorted: Vec<_> = shas.to_vec();
         sorted.sort();
         sorted.dedup();
-        assert_eq!(sorted.len(), 28);
+        assert_eq!(sorted.len(), 29);
     }
 
     #[test]

@@ -48,7 +48,7 @@ const LATCH_MS: &str = "1000";
 const TTL_TOLERANCE_MS: i64 = 1_000;
 
 /// The protocol's scripts, by name, with their sources.
-const SCRIPTS: [(&str, &str); 24] = [
+const SCRIPTS: [(&str, &str); 25] = [
     (
         "acquire",
         include_str!("../../../lock-core/src/protocol/acquire.lua"),
@@ -128,6 +128,10 @@ const SCRIPTS: [(&str, &str); 24] = [
     (
         "multi_acquire",
         include_str!("../../../lock-core/src/protocol/multi_acquire.lua"),
+    ),
+    (
+        "rw_leave",
+        include_str!("../../../lock-core/src/protocol/rw_leave.lua"),
     ),
     (
         "fair_acquire",
@@ -1536,6 +1540,27 @@ fn cases() -> Vec<(&'static str, Vec<Step>)> {
             step_as(Rule::Token, a.rw_acquire("c2:1", "write", "2", LEASE, "")),
             cmd(&["EXISTS", &a.turn]),
             cmd(&["HGETALL", &a.lock]),
+            Step::Messages,
+        ],
+    ));
+    let a = k();
+    table.push((
+        "rw_leave: the client leaves the line; its own writer's mark goes and the lock's waiters are told; another client's mark stays",
+        vec![
+            Step::Subscribe {
+                channel: a.rw_channel.clone(),
+                sharded: false,
+            },
+            cmd(&["ZADD", &a.queue, "1", "c1", "2", "c2"]),
+            cmd(&["SET", &a.writer, "c1", "PX", "2000"]),
+            step(script("rw_leave", &[&a.queue, &a.writer, &a.rw_channel], &["c1", "0", "publish"])),
+            cmd(&["ZRANGE", &a.queue, "0", "-1"]),
+            cmd(&["EXISTS", &a.writer]),
+            Step::Messages,
+            step(script("rw_leave", &[&a.queue, &a.writer, &a.rw_channel], &["c1", "0", "publish"])),
+            cmd(&["SET", &a.writer, "c2", "PX", "2000"]),
+            step(script("rw_leave", &[&a.queue, &a.writer, &a.rw_channel], &["c1", "0", "publish"])),
+            cmd(&["GET", &a.writer]),
             Step::Messages,
         ],
     ));

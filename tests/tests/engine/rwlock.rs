@@ -719,3 +719,44 @@ async fn a_readers_give_up_and_release_leave_its_clients_writer_its_place() {
         .await
         .expect("release");
 }
+
+/// lock-sim seeds 1003665 and 3004085: a writer that gave up left its
+/// `lockcore_writer` mark, so new readers of lock-core waited for the mark
+/// to lapse (about 2 s) with nobody writing or waiting to write.
+#[tokio::test]
+async fn a_writer_that_gives_up_takes_its_mark_away_and_readers_go_on() {
+    let server = support::server();
+    let holder = client(&server);
+    let writer = client(&server);
+    let reader = client(&server);
+    let name = "rw:writer-gives-up";
+    let mark = format!("lockcore_writer:{{{name}}}");
+    let mut conn = raw(&server).await;
+    let held = holder
+        .rw_lock(name)
+        .expect("name")
+        .read()
+        .acquire()
+        .await
+        .expect("read");
+    let gave_up = writer
+        .rw_lock(name)
+        .expect("name")
+        .write()
+        .acquire_timeout(Duration::from_millis(150))
+        .await
+        .expect_err("a reader holds");
+    assert!(gave_up.is_wait_timeout(), "{gave_up}");
+    let exists: i64 = cmd(&mut conn, &["EXISTS", &mark]).await;
+    assert_eq!(exists, 0, "the writer's mark left with it");
+    // a new reader is not kept out by a writer that is gone
+    let read = reader
+        .rw_lock(name)
+        .expect("name")
+        .read()
+        .acquire_timeout(Duration::from_millis(800))
+        .await
+        .expect("nobody writes or waits to write");
+    read.release().await.expect("release");
+    held.release().await.expect("release");
+}
