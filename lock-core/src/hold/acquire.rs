@@ -33,6 +33,16 @@ use crate::protocol::cancel::CancelMode;
 use crate::protocol::keys::Rule;
 use crate::transport::pubsub::{Status, Subscription};
 
+/// A fair waiter's attempt: its owner id (its place in the queue) and its
+/// place's gate, held until the attempt's call ends — also when it ends
+/// in the background after the caller stopped waiting — so that the
+/// place's cancellation runs after it (see `hold/fair.rs`).
+#[derive(Debug)]
+pub(super) struct FairAttempt {
+    pub(super) owner: Arc<str>,
+    pub(super) gate: tokio::sync::OwnedMutexGuard<()>,
+}
+
 /// What the caller's context holds that an acquisition may re-enter.
 #[derive(Debug, Default)]
 pub(crate) struct Reentrancy {
@@ -137,7 +147,7 @@ impl Waiting {
 
 /// The outcome of one re-entry script call.
 #[derive(Debug)]
-enum Reentry {
+pub(super) enum Reentry {
     Entered(OwnedCount),
     /// The hold is gone (lost, or it ran out before the reply came).
     Gone,
@@ -642,8 +652,8 @@ impl Target {
     /// fails with `Error::CommandTimeout` when nothing is left of them, and
     /// makes its one retry only while something is.
     ///
-    /// `fair_owner`: a fair lock's waiter, asking under its own owner id
-    /// (its place in the queue); no retry then (the cancellation before it
+    /// `fair`: a fair lock's waiter, asking under its own owner id (its
+    /// place in the queue); no retry then (the cancellation before it
     /// would refuse that id): the waiter goes on under a new one.
     pub(super) async fn attempt(
         &self,
@@ -652,8 +662,10 @@ impl Target {
         lease: Option<Duration>,
         waiter_id: Option<u64>,
         outage_end: Option<Instant>,
-        fair_owner: Option<Arc<str>>,
+        fair: Option<FairAttempt>,
     ) -> Result<Attempt> {
+        let fair_owner = fair.as_ref().map(|f| f.owner.clone());
+        let gate = fair.map(|f| f.gate);
         let lock = self.clone();
         let core = &self.engine.core;
         let Some(limit) = call.limit(core, outage_end) else {
@@ -671,6 +683,7 @@ impl Target {
         RunToEnd::new(
             async move {
                 let _running = running;
+                let _gate = gate;
                 let fair = fair_owner.is_some();
                 match lock.attempt_now(context, lease, waiter_id, Some(retry_by), limit, fair_owner).await {
                     // A connection the server had closed: the attempt was
@@ -787,8 +800,13 @@ impl Target {
                     }
                     return Ok(Attempt::Expired);
                 };
-                core.queues
-                    .acquired(&self.keys.local, Holding::new(hold.clone()), waiter_id);
+                if self.keys.rule == Rule::Fair {
+                    core.queues
+                        .held_fairly(&self.keys.local, Holding::new(hold.clone()));
+                } else {
+                    core.queues
+                        .acquired(&self.keys.local, Holding::new(hold.clone()), waiter_id);
+                }
                 Ok(Attempt::Acquired(OwnedCount::new(
                     self.clone(),
                     hold,
@@ -855,7 +873,7 @@ impl Target {
     }
 
     /// Re-enters `hold` (one more count); runs to its end like [`Target::attempt`].
-    async fn reenter(
+    pub(super) async fn reenter(
         &self,
         call: &Call,
         hold: &Arc<Hold>,

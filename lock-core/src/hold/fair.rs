@@ -17,7 +17,9 @@ use std::time::Duration;
 use tokio::time::Instant;
 
 use crate::error::{Error, Result};
-use crate::hold::acquire::{Attempt, Call, Got, Via, Waiting, LEAVE_LINE_MARGIN};
+use crate::hold::acquire::{
+    Attempt, Call, FairAttempt, Got, Reentry, Via, Waiting, LEAVE_LINE_MARGIN,
+};
 use crate::hold::lease_ms;
 use crate::hold::release::ReleaseJob;
 use crate::hold::run_to_end::RunToEnd;
@@ -28,13 +30,17 @@ use crate::protocol::fair::FAIR_RECHECK;
 use crate::transport::pubsub::{Status, Subscription};
 
 /// A fair waiter's place in the queue: while armed, dropping it cancels
-/// the owner id (it leaves the queue; a grant whose reply is still on its
-/// way is undone).
+/// the owner id (it leaves the queue; a grant is undone). The cancellation
+/// waits for the gate, which an attempt holds until its call ends (also in
+/// the background, after the caller stopped waiting): a grant that comes
+/// back then is released as any dropped guard is, before the cancel runs,
+/// and is never undone under a guard's feet.
 struct Place {
     target: Target,
     owner: Arc<str>,
     lease_ms: u64,
     armed: bool,
+    gate: Arc<tokio::sync::Mutex<()>>,
 }
 
 impl Place {
@@ -44,6 +50,26 @@ impl Place {
             target: target.clone(),
             lease_ms,
             armed: true,
+            gate: Arc::new(tokio::sync::Mutex::new(())),
+        }
+    }
+
+    /// What the next attempt carries: the owner id and the gate.
+    async fn attempt(&self) -> FairAttempt {
+        FairAttempt {
+            owner: self.owner.clone(),
+            gate: self.gate.clone().lock_owned().await,
+        }
+    }
+
+    /// Cancels the owner id once no attempt is in flight.
+    fn cancel_after_attempts(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let core = self.target.engine.core.clone();
+        let job = self.cancel_job();
+        let gate = self.gate.clone();
+        async move {
+            let _gate = gate.lock_owned().await;
+            core.run_job(job).await
         }
     }
 
@@ -72,10 +98,9 @@ impl Place {
     async fn leave(mut self) {
         self.armed = false;
         let core = self.target.engine.core.clone();
-        let job = self.cancel_job();
         let (tracker, runtime) = (core.background.clone(), core.runtime.clone());
         let leave = RunToEnd::new(
-            tracker.track_future(async move { core.run_job(job).await }),
+            tracker.track_future(self.cancel_after_attempts()),
             &tracker,
             &runtime,
         );
@@ -86,7 +111,9 @@ impl Place {
 impl Drop for Place {
     fn drop(&mut self) {
         if self.armed {
-            self.target.engine.core.spawn_job(self.cancel_job());
+            let core = &self.target.engine.core;
+            core.background
+                .spawn_on(self.cancel_after_attempts(), &core.runtime);
         }
     }
 }
@@ -163,6 +190,22 @@ impl Target {
                 }
                 return Ok((Got::TimedOut, Some(place)));
             }
+            // A sibling acquisition of the caller's context (`join!`) got
+            // the lock meanwhile: re-enter its hold, as the lock's manual
+            // acquisitions do, and leave the queue.
+            if let Some(hold) =
+                context.and_then(|id| self.engine.core.queues.context_hold(&self.keys.local, id))
+            {
+                if let Reentry::Entered(guard) = self.reenter(call, &hold, options.lease).await? {
+                    return Ok((
+                        Got::Reentered {
+                            guard,
+                            waited: waiting.0,
+                        },
+                        Some(place),
+                    ));
+                }
+            }
             let sent_at = Instant::now();
             let outage_end = outage.map(|began| began + self.engine.core.command_bound());
             let attempt = self
@@ -172,7 +215,7 @@ impl Target {
                     options.lease,
                     None,
                     outage_end,
-                    Some(place.owner.clone()),
+                    Some(place.attempt().await),
                 )
                 .await;
             let wait_ms = match attempt {
@@ -242,7 +285,9 @@ impl Target {
                     // that attempt wakes this waiter.
                     let channel = self.keys.fair_channel(&place.owner);
                     let mut sub = self.engine.pubsub.subscribe(&channel);
-                    let mut ready_bound = command_timeout;
+                    // (not longer than a re-check: the liveness mark is
+                    // renewed by attempts)
+                    let mut ready_bound = command_timeout.min(FAIR_RECHECK);
                     if let Some(d) = deadline {
                         ready_bound = ready_bound.min(d.saturating_duration_since(Instant::now()));
                     }
@@ -256,12 +301,15 @@ impl Target {
                     continue;
                 }
             };
-            // The time until the predecessor's deadline (or the holder's
-            // remaining time), never longer than a re-check.
+            // The queue's head: the holder's remaining time; others: the
+            // time until the predecessor's deadline (Redisson's answer) —
+            // never longer than a re-check. Negative (no expiry, or the
+            // predecessor is past its deadline): the message, or the
+            // re-check.
             let sleep = match wait_ms {
                 ms if ms > 0 => Duration::from_millis(ms as u64).min(FAIR_RECHECK),
-                -1 => FAIR_RECHECK,
-                _ => Duration::from_millis(1),
+                0 => Duration::from_millis(1),
+                _ => FAIR_RECHECK,
             };
             tokio::select! {
                 biased;

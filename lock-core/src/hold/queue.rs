@@ -325,6 +325,19 @@ impl LocalQueues {
         state.notify_head();
     }
 
+    /// A fair lock's grant (`hold/fair.rs`): the client's holding of the
+    /// name, for re-entry in a context and the release's bookkeeping. The
+    /// plain lock's line state is left alone: a fair grant never takes the
+    /// client out of Redis' line of waiting clients.
+    pub(crate) fn held_fairly(&self, key: &str, holding: Holding) {
+        let mut map = self.locked();
+        let state = map.entry(key.to_string()).or_default();
+        if let Some(previous) = state.holding.replace(holding) {
+            previous.hold.end();
+        }
+        state.notify_head();
+    }
+
     /// The waiter stops waiting (acquired, gave up, or was dropped). Returns
     /// a grant it had not picked up: the caller must release it.
     ///

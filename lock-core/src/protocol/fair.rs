@@ -21,9 +21,9 @@ use super::Script;
 /// (a lost message costs at most this long).
 pub(crate) const FAIR_RECHECK: Duration = Duration::from_secs(1);
 
-/// How long a lock-core waiter's liveness mark lasts: three re-checks. A
-/// waiter of a killed process leaves the queue this long after its last
-/// attempt, however far its deadline is.
+/// How long a lock-core waiter's liveness mark lasts (ms of the server's
+/// clock): three re-checks. A waiter of a killed process leaves the queue
+/// this long after its last attempt, however far its deadline is.
 pub(crate) const FAIR_ALIVE_MS: u64 = 3 * FAIR_RECHECK.as_millis() as u64;
 
 /// The caller's clock in milliseconds since the epoch (0 before it).
@@ -108,6 +108,7 @@ pub(crate) fn cancel_cmd(call: &CancelCall<'_>, script: &Script) -> Cmd {
             call.latch_ms,
             call.publish,
             keys.fair_wait_ms,
+            clock_ms(),
         ),
     )
 }

@@ -8,9 +8,11 @@
 -- client must use the same allowance). A head whose deadline passed is
 -- taken as dead and leaves the queue. lock-core's own waiters also keep a
 -- short liveness mark in KEYS[6] (Redisson's clients neither read nor
--- write it): a head of ours is dead when its mark lapses, however far its
--- deadline is, and alive while the mark lasts (a killed process's waiter
--- leaves the queue within the lapse, not after minutes).
+-- write it), in ms of the server's clock: a head of ours is dead when its
+-- mark lapses, however far its deadline is, and alive while the mark
+-- lasts (a killed process's waiter leaves the queue within the lapse, not
+-- after minutes). A waiter granted or leaving after its deadline moves
+-- nobody up: Redisson's clients would have dropped it without that.
 -- KEYS[1] lock hash, KEYS[2] last fencing token, KEYS[3] this owner's latch
 -- (exists when its waiting was cancelled, see fair_cancel.lua), KEYS[4] the
 -- queue, KEYS[5] the deadlines, KEYS[6] the liveness marks of lock-core's
@@ -27,9 +29,11 @@
 --   but another waiter's turn) it joins the queue at its end, or keeps its
 --   place. Both return {1, token} acquired (also when this owner holds it
 --   already: a repeated copy of the request answers as the first did), {0,
---   ms} not now: 'wait' the time until its predecessor's deadline (or the
---   holder's remaining time), 'once' the holder's remaining time (-2: free
---   but reserved for the queue's head), {-2, 0} this owner was cancelled.
+--   ms} not now: 'wait' the holder's remaining time for the queue's head,
+--   else the time until its predecessor's deadline (Redisson's answer;
+--   negative when that has passed), 'once' the holder's remaining time
+--   (-2: free but reserved for the queue's head), {-2, 0} this owner was
+--   cancelled.
 -- mode 're': one more count of the hold ARGV[2] (never creates it), as in
 --   acquire.lua: {2, 0} re-entered, {-1, 0} the hold is gone, {-2, 0}
 --   cancelled.
@@ -60,12 +64,14 @@ local function next_token()
 end
 local allowance = tonumber(ARGV[6])
 local now = tonumber(ARGV[7])
+local clock = redis.call('time')
+local server_now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 -- Dead heads leave: a lapsed liveness mark, or without one a deadline
 -- passed (or none, which no client writes).
 local function dead(owner)
   local alive = tonumber(redis.call('zscore', KEYS[6], owner))
   if alive ~= nil then
-    return alive <= now
+    return alive <= server_now
   end
   local deadline = tonumber(redis.call('zscore', KEYS[5], owner))
   return deadline == nil or deadline <= now
@@ -93,11 +99,14 @@ if redis.call('exists', KEYS[1]) == 0 then
     if head then
       redis.call('lpop', KEYS[4])
     end
+    local mine = tonumber(redis.call('zscore', KEYS[5], ARGV[2]))
     redis.call('zrem', KEYS[5], ARGV[2])
     redis.call('zrem', KEYS[6], ARGV[2])
-    local rest = redis.call('zrange', KEYS[5], 0, -1)
-    for i = 1, #rest do
-      redis.call('zincrby', KEYS[5], -allowance, rest[i])
+    if mine == nil or mine > now then
+      local rest = redis.call('zrange', KEYS[5], 0, -1)
+      for i = 1, #rest do
+        redis.call('zincrby', KEYS[5], -allowance, rest[i])
+      end
     end
     redis.call('hset', KEYS[1], ARGV[2], 1)
     redis.call('pexpire', KEYS[1], ARGV[1])
@@ -108,10 +117,13 @@ if mode ~= 'wait' then
   return {0, redis.call('pttl', KEYS[1])}
 end
 local lapse = tonumber(ARGV[8])
-redis.call('zadd', KEYS[6], now + lapse, ARGV[2])
+redis.call('zadd', KEYS[6], server_now + lapse, ARGV[2])
 redis.call('pexpire', KEYS[6], lapse * 2)
 local mine = tonumber(redis.call('zscore', KEYS[5], ARGV[2]))
 if mine ~= nil then
+  if redis.call('lindex', KEYS[4], 0) == ARGV[2] then
+    return {0, redis.call('pttl', KEYS[1])}
+  end
   return {0, mine - allowance - now}
 end
 local last = redis.call('lindex', KEYS[4], -1)

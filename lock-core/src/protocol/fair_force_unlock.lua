@@ -11,6 +11,8 @@ if redis.call('del', KEYS[1]) == 0 then
   return 0
 end
 local now = tonumber(ARGV[3])
+local clock = redis.call('time')
+local server_now = tonumber(clock[1]) * 1000 + math.floor(tonumber(clock[2]) / 1000)
 while true do
   local head = redis.call('lindex', KEYS[3], 0)
   if not head then
@@ -18,7 +20,7 @@ while true do
   end
   local alive = tonumber(redis.call('zscore', KEYS[5], head))
   local deadline = tonumber(redis.call('zscore', KEYS[4], head))
-  if (alive ~= nil and alive > now) or (alive == nil and deadline ~= nil and deadline > now) then
+  if (alive ~= nil and alive > server_now) or (alive == nil and deadline ~= nil and deadline > now) then
     local told = redis.pcall(ARGV[2], KEYS[2] .. ':' .. head, ARGV[1])
     if type(told) == 'table' and told.err then
       return told.err

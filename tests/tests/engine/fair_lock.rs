@@ -514,3 +514,218 @@ async fn the_in_memory_server_runs_the_fair_lock_in_arrival_order() {
     }
     assert_eq!(*order.lock().expect("order"), vec![0, 1, 2, 3, 4, 5]);
 }
+
+#[tokio::test]
+async fn the_head_waits_for_its_message_without_spinning_through_a_long_hold() {
+    // review: the head's wait was the holder's time at its arrival minus
+    // the time since; past it, the waiter re-asked every millisecond
+    let server = support::server();
+    let client = LockClient::builder(server.url())
+        .watchdog_timeout(Duration::from_millis(600))
+        .fair_lock_wait_timeout(Duration::from_secs(60))
+        .build()
+        .expect("client");
+    let name = "fair:no-spin";
+    let lock = client.fair_lock(name).expect("lock");
+    let held = lock.acquire().await.expect("held");
+    let waiter = {
+        let lock = lock.clone();
+        tokio::spawn(async move { lock.acquire().await })
+    };
+    let mut conn = raw(&server).await;
+    queue_reaches(&mut conn, name, 1).await;
+    let before = support::script_calls(&server);
+    // held 5 leases long (renewed by the watchdog every 200 ms)
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    let calls = support::script_calls(&server) - before;
+    // renewals (~15) and a re-check at most every 600 ms or less: tens, not thousands
+    assert!(calls < 80, "{calls} script calls in 3 s of waiting");
+    held.release().await.expect("release");
+    let guard = within(Duration::from_secs(2), "the head", waiter)
+        .await
+        .expect("join")
+        .expect("acquired");
+    guard.release().await.expect("release");
+}
+
+#[tokio::test]
+async fn siblings_of_one_context_joined_re_enter_instead_of_waiting_for_each_other() {
+    let server = support::server();
+    let client = fair_client(&server, 5_000);
+    let name = "fair:join";
+    let lock = client.fair_lock(name).expect("lock");
+    let mut conn = raw(&server).await;
+    let (a, b) = within(
+        Duration::from_secs(5),
+        "both siblings",
+        lock_core::LockContext::new().scope(async {
+            tokio::join!(
+                lock.acquire_timeout(Duration::from_secs(4)),
+                lock.acquire_timeout(Duration::from_secs(4))
+            )
+        }),
+    )
+    .await;
+    let (a, b) = (a.expect("first"), b.expect("second re-enters"));
+    assert_eq!(a.owner_id(), b.owner_id(), "one hold");
+    let count: String = cmd(&mut conn, &["HGET", name, a.owner_id()]).await;
+    assert_eq!(count, "2");
+    assert!(
+        queue_of(&mut conn, name).await.is_empty(),
+        "the sibling left the queue"
+    );
+    a.release().await.expect("release");
+    b.release().await.expect("release");
+}
+
+/// Runs `script` (a fair script's source) raw on `conn`.
+async fn raw_script(
+    conn: &mut redis::aio::MultiplexedConnection,
+    source: &str,
+    keys: &[&str],
+    args: &[&str],
+) -> redis::Value {
+    let script = redis::Script::new(source);
+    let mut invocation = script.prepare_invoke();
+    for k in keys {
+        invocation.key(*k);
+    }
+    for a in args {
+        invocation.arg(*a);
+    }
+    invocation.invoke_async(conn).await.expect("script")
+}
+
+#[tokio::test]
+async fn queue_rules_the_review_asked_for_hold_on_a_real_server() {
+    let server = support::server();
+    let mut conn = raw(&server).await;
+    let acquire = include_str!("../../../lock-core/src/protocol/fair_acquire.lua");
+    let cancel = include_str!("../../../lock-core/src/protocol/fair_cancel.lua");
+    let name = "fair:rules";
+    let (queue, timeouts, alive) = (
+        format!("redisson_lock_queue:{{{name}}}"),
+        format!("redisson_lock_timeout:{{{name}}}"),
+        format!("lockcore_fair_alive:{{{name}}}"),
+    );
+    let (token, latch) = (
+        format!("redisson_lock_token:{{{name}}}"),
+        format!("redisson_unlock_latch:{{{name}}}:x"),
+    );
+    let keys = [name, &token, &latch, &queue, &timeouts, &alive];
+    let now = now_ms();
+    let far = (now + 3_600_000).to_string();
+    // 1. a live mark is read on the server's clock: a caller whose clock
+    //    runs 10 s ahead does not take a live waiter for dead
+    let _: () = cmd(&mut conn, &["RPUSH", &queue, "c1:1", "java:2"]).await;
+    let _: () = cmd(
+        &mut conn,
+        &[
+            "ZADD",
+            &timeouts,
+            &(now - 1_000).to_string(),
+            "c1:1",
+            &far,
+            "java:2",
+        ],
+    )
+    .await;
+    let _: () = cmd(
+        &mut conn,
+        &["ZADD", &alive, &(now + 2_000).to_string(), "c1:1"],
+    )
+    .await;
+    let ahead = (now + 10_000).to_string();
+    let _ = raw_script(
+        &mut conn,
+        acquire,
+        &keys,
+        &[
+            "30000", "c9:1", "once", "60000", "1000", "5000", &ahead, "3000",
+        ],
+    )
+    .await;
+    assert_eq!(
+        queue_of(&mut conn, name).await,
+        ["c1:1", "java:2"],
+        "c1 is alive"
+    );
+    // 2. c1, overdue but alive, is granted: java:2 keeps its deadline
+    //    (Redisson's clients would have dropped c1 without moving anyone up)
+    let latch_c1 = format!("redisson_unlock_latch:{{{name}}}:c1:1");
+    let keys_c1 = [name, &token, &latch_c1, &queue, &timeouts, &alive];
+    let now_s = now_ms().to_string();
+    let granted = raw_script(
+        &mut conn,
+        acquire,
+        &keys_c1,
+        &[
+            "30000", "c1:1", "wait", "60000", "1000", "5000", &now_s, "3000",
+        ],
+    )
+    .await;
+    assert!(
+        matches!(&granted, redis::Value::Array(v) if v.first() == Some(&redis::Value::Int(1))),
+        "{granted:?}"
+    );
+    assert_eq!(
+        deadline_of(&mut conn, name, "java:2").await,
+        Some(now + 3_600_000)
+    );
+    // 3. a waiter leaving a free lock tells the first LIVE waiter: a dead
+    //    lock-core head (lapsed mark) leaves first
+    let _: i64 = cmd(&mut conn, &["DEL", name]).await;
+    let _: () = cmd(&mut conn, &["DEL", &queue, &timeouts, &alive]).await;
+    let _: () = cmd(&mut conn, &["RPUSH", &queue, "c1:2", "c3:1", "java:4"]).await;
+    let _: () = cmd(
+        &mut conn,
+        &[
+            "ZADD", &timeouts, &far, "c1:2", &far, "c3:1", &far, "java:4",
+        ],
+    )
+    .await;
+    let _: () = cmd(
+        &mut conn,
+        &[
+            "ZADD",
+            &alive,
+            &(now + 60_000).to_string(),
+            "c1:2",
+            "1",
+            "c3:1",
+        ],
+    )
+    .await;
+    let client_r = redis::Client::open(server.url()).expect("url");
+    let mut pubsub = client_r.get_async_pubsub().await.expect("pubsub");
+    pubsub
+        .subscribe(format!("redisson_lock__channel:{{{name}}}:java:4"))
+        .await
+        .expect("subscribe");
+    let latch_leave = format!("redisson_unlock_latch:{{{name}}}:c1:2");
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let _ = raw_script(
+        &mut conn,
+        cancel,
+        &[name, &channel, &latch_leave, &queue, &timeouts, &alive],
+        &[
+            "c1:2",
+            "new",
+            "0",
+            "1000",
+            "publish",
+            "5000",
+            &now_ms().to_string(),
+        ],
+    )
+    .await;
+    assert_eq!(
+        queue_of(&mut conn, name).await,
+        ["java:4"],
+        "the dead head left too"
+    );
+    use futures_util::StreamExt;
+    let mut messages = pubsub.on_message();
+    let told = within(Duration::from_secs(2), "java:4 told", messages.next()).await;
+    assert!(told.is_some());
+}

@@ -116,7 +116,8 @@ pub(super) fn cases(name: &mut dyn FnMut() -> String) -> Vec<(&'static str, Vec<
             cmd(&["LRANGE", &f.queue, "0", "-1"]),
             cmd(&["ZSCORE", &f.timeouts, "c2:1"]),
             cmd(&["ZSCORE", &f.timeouts, "c3:1"]),
-            cmd(&["ZRANGE", &f.alive, "0", "-1", "WITHSCORES"]),
+            cmd(&["ZRANGE", &f.alive, "0", "-1"]),
+            ruled(Rule::ClockMs, &["ZSCORE", &f.alive, "c2:1"]),
             ruled(Rule::Ttl, &["PTTL", &f.alive]),
             step(f.acquire("c3:1", "wait", now)),
             cmd(&["LLEN", &f.queue]),
@@ -159,7 +160,7 @@ pub(super) fn cases(name: &mut dyn FnMut() -> String) -> Vec<(&'static str, Vec<
 
     let f = F::new(&name());
     table.push((
-        "fair_acquire: dead heads leave — a Redisson waiter (no mark) when its deadline passed, a lock-core waiter when its mark lapsed however far its deadline; a live mark keeps a head whose deadline passed",
+        "fair_acquire: dead heads leave — a Redisson waiter (no mark) when its deadline passed, a lock-core waiter when its mark (server clock) lapsed however far its deadline; a live mark keeps a head whose deadline passed; a grant to an overdue head moves nobody up",
         vec![
             cmd(&["RPUSH", &f.queue, "java:1", "c2:1", "c3:1", "java:4"]),
             cmd(&[
@@ -174,13 +175,16 @@ pub(super) fn cases(name: &mut dyn FnMut() -> String) -> Vec<(&'static str, Vec<
                 "1000005000",
                 "java:4",
             ]),
-            cmd(&["ZADD", &f.alive, "999999999", "c2:1", "1000000500", "c3:1"]),
+            // c2's mark lapsed long ago, c3's lasts (server clock)
+            cmd(&["ZADD", &f.alive, "1", "c2:1", "99999999999999", "c3:1"]),
             step(f.acquire("c9:1", "once", now)),
             cmd(&["LRANGE", &f.queue, "0", "-1"]),
             cmd(&["ZRANGE", &f.timeouts, "0", "-1"]),
             cmd(&["ZRANGE", &f.alive, "0", "-1"]),
-            step(f.acquire("c9:1", "once", "1000000600")),
-            cmd(&["LRANGE", &f.queue, "0", "-1"]),
+            // c3, overdue but alive, is granted: java:4 keeps its deadline
+            step_as(Rule::Token, f.acquire("c3:1", "wait", now)),
+            cmd(&["ZSCORE", &f.timeouts, "java:4"]),
+            step(f.release("c3:1", "1", now)),
             step_as(Rule::Token, f.acquire("c9:1", "once", "1000006000")),
             cmd(&["HGETALL", &f.k.lock]),
             cmd(&["EXISTS", &f.queue, &f.timeouts]),
