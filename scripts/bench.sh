@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The benchmark, the one command to run: builds lock-bench in release mode and
-# runs every workload (REF, W1, S1, W2, R1, M1, W3, W3NP, WD, LAYER) against a private redis-server,
+# runs every workload (REF, W1, S1, F1, RL, W2, W2F, R1, M1, W3, W3NP, W3F, WD, LAYER) against a private redis-server,
 # with redis-server pinned to CPU 0 and the benchmark (and its W3 child
 # processes) pinned to CPU 1. Extra arguments go to lock-bench, e.g.
 #   bash scripts/bench.sh --workloads REF,W2 --duration 10

@@ -10,12 +10,12 @@ lock-bench: measures lock-core against reference loops on a real Redis.
 usage: lock-bench [options]
 
   --url URL            Redis to use (default: start a private redis-server)
-  --workloads LIST     comma-separated, any of REF,W1,S1,F1,RL,W2,R1,M1,W3,W3NP,WD,LAYER (default: all)
+  --workloads LIST     comma-separated, any of REF,W1,S1,F1,RL,W2,W2F,R1,M1,W3,W3NP,W3F,WD,LAYER (default: all)
   --duration SECS      measured window per workload (default 5)
   --warmup SECS        warm-up before each window (default 1)
-  --tasks N            tasks of W1, S1, F1, W2, R1, M1, both L-min references, and LAYER's HTTP client tasks;
-                       W3 splits them over the processes (default 16)
-  --processes N        W3 and W3NP processes (default 4; W3: tasks per process =
+  --tasks N            tasks of W1, S1, F1, W2, W2F, R1, M1, both L-min references, and LAYER's HTTP client tasks;
+                       W3 and W3F split them over the processes (default 16)
+  --processes N        W3, W3NP and W3F processes (default 4; W3, W3F: tasks per process =
                        tasks / processes; W3NP: one task per process)
   --wd-counts LIST     numbers of locks the WD workload holds (default 10000,100000)
   --wd-watchdog-ms MS  watchdog timeout of the WD client (default 3000: renewal every 1 s)
@@ -26,7 +26,7 @@ usage: lock-bench [options]
   --threads N          tokio worker threads (default: CPUs this process may run on)
   --redis-cpu N        pin the private redis-server to CPU N (ignored with --url)
   --bench-cpu N        pin this program (and its W3 children) to CPU N
-  --cluster            after the single-server run, run REF, W1, W2, W3, W3NP and WD again
+  --cluster            after the single-server run, run the chosen workloads but LAYER and RL again
                        on a private 3-primary Redis Cluster (lib names end in @cluster)
   --smoke              tiny durations and counts, for CI (whole run well under 20 s)
   -h, --help           this text
@@ -45,6 +45,12 @@ over three private redis-servers started for it; lib lock-core-redlock3)
 is set against W1 of the same run (no target). R1 (readers only on one
 key of a read-write lock) is set against W1 of the same run; M1 (90 % reads,
 10 % writes on one key) reports reads/s, writes/s and the writers' waits.
+W2F and W3F are W2's and W3's loops on the FAIR lock (client.fair_lock,
+Redisson's RFairLock: every waiter queued in Redis, served in arrival
+order, no local queue); set against L-serial of the same run and against
+W2 / W3 (no target). Every contended line also gives the share of sections
+that jumped the queue (their holder called acquire after a waiter that was
+served later).
 
 Output: one JSON line per measurement on stdout (lib = lock-core,
 lock-core-fixed, lock-core-read, lock-core-write (M1), lock-core-permit,
@@ -70,6 +76,8 @@ pub(crate) enum Workload {
     Rl,
     /// Contended: all tasks on one key, one process.
     W2,
+    /// W2 on the fair lock: every task queued in Redis, arrival order.
+    W2f,
     /// Readers only: all tasks take the read side of one read-write lock.
     R1,
     /// Mixed: all tasks on one read-write lock, 90 % reads, 10 % writes.
@@ -79,6 +87,8 @@ pub(crate) enum Workload {
     /// Contended across processes, one task per process: each process asks
     /// again the moment its release returns (no pause, no local queue).
     W3np,
+    /// W3 on the fair lock: every task of every process queued in Redis.
+    W3f,
     /// Many locks held by the watchdog.
     Wd,
     /// lock-tower's layer against the lock taken by hand, over HTTP.
@@ -86,17 +96,19 @@ pub(crate) enum Workload {
 }
 
 impl Workload {
-    pub(crate) const ALL: [Workload; 12] = [
+    pub(crate) const ALL: [Workload; 14] = [
         Workload::Ref,
         Workload::W1,
         Workload::S1,
         Workload::F1,
         Workload::Rl,
         Workload::W2,
+        Workload::W2f,
         Workload::R1,
         Workload::M1,
         Workload::W3,
         Workload::W3np,
+        Workload::W3f,
         Workload::Wd,
         Workload::Layer,
     ];
@@ -109,14 +121,16 @@ impl Workload {
             "F1" => Ok(Workload::F1),
             "RL" => Ok(Workload::Rl),
             "W2" => Ok(Workload::W2),
+            "W2F" => Ok(Workload::W2f),
             "R1" => Ok(Workload::R1),
             "M1" => Ok(Workload::M1),
             "W3" => Ok(Workload::W3),
             "W3NP" => Ok(Workload::W3np),
+            "W3F" => Ok(Workload::W3f),
             "WD" => Ok(Workload::Wd),
             "LAYER" => Ok(Workload::Layer),
             other => Err(format!(
-                "unknown workload {other:?} (valid: REF, W1, S1, F1, RL, W2, R1, M1, W3, W3NP, WD, LAYER)"
+                "unknown workload {other:?} (valid: REF, W1, S1, F1, RL, W2, W2F, R1, M1, W3, W3NP, W3F, WD, LAYER)"
             )),
         }
     }
@@ -144,7 +158,7 @@ pub(crate) struct Options {
     pub(crate) cluster: bool,
 }
 
-/// Settings of a W3 / W3NP child process (the hidden `--child w3` role).
+/// Settings of a W3 / W3NP / W3F child process (the hidden `--child w3` role).
 #[derive(Clone, Debug)]
 pub(crate) struct ChildOptions {
     pub(crate) url: String,
@@ -154,6 +168,8 @@ pub(crate) struct ChildOptions {
     pub(crate) proc_id: usize,
     pub(crate) tasks: usize,
     pub(crate) threads: Option<usize>,
+    /// The fair lock (W3F) instead of the plain one.
+    pub(crate) fair: bool,
 }
 
 /// What the command line asks for.
@@ -193,6 +209,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Command, String> {
     let mut prefix = None;
     let mut proc_id = None;
     let mut lock = None;
+    let mut fair = false;
     while let Some(flag) = it.next() {
         let mut value = || {
             it.next()
@@ -239,6 +256,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Command, String> {
             "--prefix" => prefix = Some(value()?),
             "--proc" => proc_id = Some(count(flag, &value()?, 0, MAX_PROCESSES)?),
             "--lock" => lock = Some(value()?),
+            "--fair" => fair = true,
             other => return Err(format!("unknown argument {other:?}")),
         }
     }
@@ -254,6 +272,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Command, String> {
             proc_id: proc_id.ok_or("a child needs --proc")?,
             tasks: tasks.ok_or("a child needs --tasks")?,
             threads,
+            fair,
         }));
     }
 
@@ -352,6 +371,45 @@ mod tests {
         assert_eq!(
             run(&["--workloads", "w1,R1,m1"]).workloads,
             vec![Workload::W1, Workload::R1, Workload::M1]
+        );
+        assert_eq!(
+            run(&["--workloads", "W2F,w3f"]).workloads,
+            vec![Workload::W2f, Workload::W3f]
+        );
+    }
+
+    #[test]
+    fn a_child_takes_the_fair_lock_only_when_told() {
+        let child = |extra: &[&str]| {
+            let mut args: Vec<String> = [
+                "--child",
+                "w3",
+                "--url",
+                "redis://x",
+                "--prefix",
+                "p:",
+                "--lock",
+                "w3f",
+                "--proc",
+                "1",
+                "--tasks",
+                "4",
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            args.extend(extra.iter().map(|s| s.to_string()));
+            match parse(&args) {
+                Ok(Command::Child(o)) => o,
+                other => panic!("expected a child, got {other:?}"),
+            }
+        };
+        assert!(!child(&[]).fair);
+        let fair = child(&["--fair"]);
+        assert!(fair.fair);
+        assert_eq!(
+            (fair.lock.as_str(), fair.proc_id, fair.tasks),
+            ("w3f", 1, 4)
         );
     }
 

@@ -9,7 +9,8 @@
 //! loop on a Redlock over three private redis-servers, set against W1), W2
 //! (contended, one process), W3 (contended, several processes: copies of
 //! this program), W3NP (the same with one task per process, which asks
-//! again the moment its release returns), R1 (readers only on one key of a
+//! again the moment its release returns), W2F and W3F (W2 and W3 on the
+//! fair lock, Redisson's `RFairLock`: every waiter queued in Redis), R1 (readers only on one key of a
 //! read-write lock, set against W1 of the same run), M1 (90 % reads, 10 %
 //! writes on one read-write lock: reads/s, writes/s, the writers' waits),
 //! WD (watchdog holding many locks), LAYER (lock-tower's
@@ -26,7 +27,7 @@
 //! `server_cpu_us_per_cycle`: the server's (`INFO cpu`) over the same window.
 //!
 //! ```text
-//! lock-bench [--url URL] [--workloads REF,W1,S1,F1,RL,W2,R1,M1,W3,W3NP,WD,LAYER] [--duration 5] [--warmup 1]
+//! lock-bench [--url URL] [--workloads REF,W1,S1,F1,RL,W2,W2F,R1,M1,W3,W3NP,W3F,WD,LAYER] [--duration 5] [--warmup 1]
 //!            [--tasks 16] [--processes 4] [--wd-counts 10000,100000] [--wd-periods 3] [--ref-conns 1]
 //!            [--redis-cpu 0] [--bench-cpu 1] [--smoke]
 //! ```
@@ -49,7 +50,7 @@ use tokio::runtime::Runtime;
 use crate::args::{ChildOptions, Command, Options, Workload, USAGE};
 use crate::load::{load_average, Usage};
 use crate::report::Measurement;
-use crate::workloads::{fenced, layer, redlock, refs, rw, sem, w1, w2, w3, wd, Ctx};
+use crate::workloads::{fenced, layer, redlock, refs, rw, sem, w1, w2, w3, wd, Ctx, LockKind};
 
 /// Errors of the benchmark: reported on stderr, never unwrapped.
 pub(crate) type BenchResult<T> = Result<T, Box<dyn Error + Send + Sync>>;
@@ -320,7 +321,16 @@ fn run_workloads(
                 (fenced::FENCED, "F1".into(), rt.block_on(fenced::run(ctx))),
             ],
             Workload::Rl => vec![(redlock::LIB, "RL".into(), rt.block_on(redlock::run(ctx)))],
-            Workload::W2 => vec![("lock-core", "W2".into(), rt.block_on(w2::run(ctx)))],
+            Workload::W2 => vec![(
+                "lock-core",
+                "W2".into(),
+                rt.block_on(w2::run(ctx, LockKind::Plain)),
+            )],
+            Workload::W2f => vec![(
+                "lock-core",
+                "W2F".into(),
+                rt.block_on(w2::run(ctx, LockKind::Fair)),
+            )],
             Workload::R1 => vec![("lock-core", "R1".into(), rt.block_on(rw::r1(ctx)))],
             Workload::M1 => match rt.block_on(rw::m1(ctx)) {
                 Ok(lines) => lines
@@ -331,6 +341,7 @@ fn run_workloads(
             },
             Workload::W3 => vec![("lock-core", "W3".into(), w3::run(ctx, rt, w3::W3))],
             Workload::W3np => vec![("lock-core", "W3NP".into(), w3::run(ctx, rt, w3::W3NP))],
+            Workload::W3f => vec![("lock-core", "W3F".into(), w3::run(ctx, rt, w3::W3F))],
             Workload::Wd => opts
                 .wd_counts
                 .iter()

@@ -40,9 +40,66 @@ pub(crate) const L_MIN_POOL: &str = "L-min-pool";
 /// 15: W1 >= 0.8 x L-min over one multiplexed connection).
 pub(crate) const W1_TARGET: f64 = 0.8;
 
-/// "No process starved" in W3NP: every process got at least this share of
+/// "No process starved" in W3NP and W3F: every process got at least this share of
 /// the measured sections, in percent (the fairness suite's bound).
 pub(crate) const MIN_PROCESS_SHARE_PCT: f64 = 15.0;
+
+/// How the summary judges a contended workload.
+struct Judged {
+    workload: &'static str,
+    /// The target of its ratio to L-serial, if any.
+    ratio_target: Option<f64>,
+    /// Jain's index (per task, per process) is judged against 0.99.
+    jain_target: bool,
+    /// The line "no process starved" (every process at least
+    /// [`MIN_PROCESS_SHARE_PCT`] of the sections) is judged.
+    starvation: bool,
+    /// The plain-lock workload a fair one is set against (no target).
+    beside: Option<&'static str>,
+}
+
+/// The contended workloads in the summary, in the order they run: W2 and
+/// W3 have the targets (ratio and Jain); W3NP has one, no process
+/// starved; W2F and W3F (the fair lock) are set against L-serial and their
+/// plain twin without a target, and W3F is judged on "no process starved"
+/// as W3NP is.
+const CONTENDED: [Judged; 5] = [
+    Judged {
+        workload: "W2",
+        ratio_target: Some(1.0),
+        jain_target: true,
+        starvation: false,
+        beside: None,
+    },
+    Judged {
+        workload: "W2F",
+        ratio_target: None,
+        jain_target: false,
+        starvation: false,
+        beside: Some("W2"),
+    },
+    Judged {
+        workload: "W3",
+        ratio_target: Some(0.9),
+        jain_target: true,
+        starvation: false,
+        beside: None,
+    },
+    Judged {
+        workload: "W3NP",
+        ratio_target: None,
+        jain_target: false,
+        starvation: true,
+        beside: None,
+    },
+    Judged {
+        workload: "W3F",
+        ratio_target: None,
+        jain_target: false,
+        starvation: true,
+        beside: Some("W3"),
+    },
+];
 
 /// One measurement; `None` prints as `null` (not applicable).
 #[derive(Clone, Debug, Default)]
@@ -80,6 +137,9 @@ pub(crate) struct Extra {
     pub(crate) wd: Option<WdFigures>,
     /// R1 and M1: the most readers seen inside the read-write lock at once.
     pub(crate) peak_inside: Option<u64>,
+    /// Contended workloads: share of measured sections that jumped the
+    /// queue (their holder called acquire after a waiter served later), %.
+    pub(crate) jumped_pct: Option<f64>,
 }
 
 /// What the WD workload measured for one number of locks.
@@ -179,9 +239,8 @@ pub(crate) fn summary(all: &[Measurement], setup: &str) -> String {
     f1_summary(all, &mut line);
     rl_summary(all, &mut line);
 
-    // (workload, target of the ratio to L-serial and of Jain's index): W3NP
-    // has one target, "no process starved".
-    for (workload, target) in [("W2", Some(1.0)), ("W3", Some(0.9)), ("W3NP", None)] {
+    for judged in CONTENDED {
+        let (workload, target) = (judged.workload, judged.ratio_target);
         let Some(m) = find(all, "lock-core", workload) else {
             continue;
         };
@@ -190,7 +249,7 @@ pub(crate) fn summary(all: &[Measurement], setup: &str) -> String {
             continue;
         };
         let ratio = l_serial.filter(|r| *r > 0.0).map(|r| rate / r);
-        let ratio_text = match (ratio, l_serial, target) {
+        let mut ratio_text = match (ratio, l_serial, target) {
             (Some(x), Some(r), Some(target)) => format!(
                 "L-serial {r:>7.0}  ratio {x:.3}  (target >= {target}: {})",
                 verdict(x >= target)
@@ -198,12 +257,21 @@ pub(crate) fn summary(all: &[Measurement], setup: &str) -> String {
             (Some(x), Some(r), None) => format!("L-serial {r:>7.0}  ratio {x:.3}  (no target)"),
             _ => "(no L-serial in this run: run REF too)".into(),
         };
+        if let Some(plain) = judged.beside {
+            let plain_rate = find(all, "lock-core", plain)
+                .and_then(|p| p.cycles_per_s)
+                .filter(|r| *r > 0.0);
+            ratio_text.push_str(&match plain_rate {
+                Some(p) => format!("  {plain} {p:>7.0}  fair / plain {:.3}", rate / p),
+                None => format!("  (no {plain} in this run)"),
+            });
+        }
         line(format!(
             "{workload}  lock-core {rate:>9.0} cycles/s  {ratio_text}"
         ));
-        let jain_text = |j: f64| match target {
-            Some(_) => format!("{j:.4} (target >= 0.99: {})", verdict(j >= 0.99)),
-            None => format!("{j:.4}"),
+        let jain_text = |j: f64| match judged.jain_target {
+            true => format!("{j:.4} (target >= 0.99: {})", verdict(j >= 0.99)),
+            false => format!("{j:.4}"),
         };
         match (m.jain, &m.by_process) {
             (Some(j), None) => line(format!("      Jain {}", jain_text(j))),
@@ -215,7 +283,7 @@ pub(crate) fn summary(all: &[Measurement], setup: &str) -> String {
                     show(p.jain)
                 ));
                 line(process_line(p));
-                if target.is_none() {
+                if judged.starvation {
                     let min = p.min_share_pct.unwrap_or(0.0);
                     line(format!(
                         "      no process starved: min share {min:.1} % of sections (target >= {MIN_PROCESS_SHARE_PCT:.0} % for every process: {})",
@@ -242,7 +310,10 @@ pub(crate) fn summary(all: &[Measurement], setup: &str) -> String {
         }
         if let Some(h) = m.handoff_pct {
             line(format!(
-                "      hand-offs {h:.1} %  violations {}  counter ok {}",
+                "      hand-offs {h:.1} %  jumped the queue {} of sections  violations {}  counter ok {}",
+                m.extra
+                    .jumped_pct
+                    .map_or("-".into(), |j| format!("{j:.2} %")),
                 m.violations.map_or("-".into(), |v| v.to_string()),
                 m.counter_ok.map_or("-".into(), |v| v.to_string())
             ));
@@ -723,6 +794,70 @@ mod tests {
             "{s}"
         );
         assert_eq!(s.matches("no process starved").count(), 1, "only W3NP: {s}");
+    }
+
+    #[test]
+    fn fair_lines_are_set_against_l_serial_and_their_plain_twin_and_w3f_against_starvation() {
+        let by_process = |sections: Vec<u64>, min: f64| ByProcess {
+            jain: crate::stats::jain(&sections),
+            sections,
+            min_share_pct: Some(min),
+            longest_run: 2,
+            handovers: 399,
+            cross_pct: Some(74.5),
+        };
+        let line = |workload: &str, rate: f64| Measurement {
+            lib: "lock-core".into(),
+            workload: workload.into(),
+            cycles_per_s: Some(rate),
+            jain: Some(0.999),
+            handoff_pct: Some(93.75),
+            violations: Some(0),
+            counter_ok: Some(true),
+            extra: Extra {
+                jumped_pct: Some(0.25),
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        let serial = Measurement {
+            lib: "L-serial".into(),
+            workload: "W2".into(),
+            cycles_per_s: Some(2000.0),
+            ..Default::default()
+        };
+        let mut w3f = line("W3F", 600.0);
+        w3f.by_process = Some(by_process(vec![100, 100, 100, 100], 25.0));
+        let all = vec![serial.clone(), line("W2", 2400.0), line("W2F", 800.0), w3f];
+        let s = summary(&all, "test");
+        assert!(
+            s.contains("W2F  lock-core       800 cycles/s  L-serial    2000  ratio 0.400  (no target)  W2    2400  fair / plain 0.333"),
+            "{s}"
+        );
+        assert!(
+            s.contains("      Jain 0.9990\n"),
+            "no Jain target for W2F: {s}"
+        );
+        assert!(
+            s.contains("W3F  lock-core       600 cycles/s  L-serial    2000  ratio 0.300  (no target)  (no W3 in this run)"),
+            "{s}"
+        );
+        assert!(
+            s.contains("Jain per task 0.9990, per process 1.0000\n"),
+            "{s}"
+        );
+        assert!(
+            s.contains("no process starved: min share 25.0 % of sections (target >= 15 % for every process: met)"),
+            "{s}"
+        );
+        assert!(
+            s.contains("hand-offs 93.8 %  jumped the queue 0.25 % of sections  violations 0  counter ok true"),
+            "{s}"
+        );
+        // W2 keeps its targets; W2F comes right after it.
+        assert!(s.contains("Jain 0.9990 (target >= 0.99: met)"), "{s}");
+        let (w2, w2f) = (s.find("W2  lock-core"), s.find("W2F  lock-core"));
+        assert!(w2.is_some() && w2 < w2f, "{s}");
     }
 
     #[test]

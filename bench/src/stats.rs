@@ -126,6 +126,11 @@ pub(crate) struct Contended {
     pub(crate) overlaps: u64,
     /// The counter answers are exactly 1..=N, once each.
     pub(crate) seq_ok: bool,
+    /// Share of measured cycles that jumped the queue, in percent: their
+    /// task called acquire after another task that entered later (in
+    /// counter order), so it overtook a waiter. A fair lock keeps it near
+    /// zero (only arrivals closer together than the way to Redis swap).
+    pub(crate) jumped_pct: Option<f64>,
 }
 
 /// Analyses the cycles of a contended run with `tasks` tasks: every cycle
@@ -148,15 +153,26 @@ pub(crate) fn contended(mut cycles: Vec<Cycle>, tasks: usize, window: &Window) -
         latest_exit = latest_exit.max(c.exit);
     }
 
+    // Jumps: a section whose acquire began after the acquire of a later
+    // section (the smallest start among the sections after it).
+    let mut later_min_start = vec![u64::MAX; cycles.len()];
+    for i in (0..cycles.len().saturating_sub(1)).rev() {
+        later_min_start[i] = later_min_start[i + 1].min(cycles[i + 1].start);
+    }
+    let mut jumped = 0u64;
+
     let mut per_task = vec![0u64; tasks];
     let mut handoffs = 0u64;
     let mut measured = 0u64;
     let mut waits = Vec::new();
     let mut latencies = Vec::new();
     let mut previous: Option<usize> = None;
-    for c in &cycles {
+    for (c, later) in cycles.iter().zip(&later_min_start) {
         if window.contains(c.end) {
             measured += 1;
+            if c.start > *later {
+                jumped += 1;
+            }
             if let Some(n) = per_task.get_mut(c.task) {
                 *n += 1;
             }
@@ -179,6 +195,7 @@ pub(crate) fn contended(mut cycles: Vec<Cycle>, tasks: usize, window: &Window) -
         handoff_pct: (measured > 0).then(|| handoffs as f64 * 100.0 / measured as f64),
         overlaps,
         seq_ok,
+        jumped_pct: (measured > 0).then(|| jumped as f64 * 100.0 / measured as f64),
     }
 }
 
@@ -309,6 +326,37 @@ mod tests {
         assert_eq!(c.overlaps, 0);
         assert!(c.seq_ok);
         assert_eq!(c.jain, Some(1.0));
+    }
+
+    #[test]
+    fn a_section_whose_holder_arrived_after_a_later_served_waiter_jumped_the_queue() {
+        let at = |task, seq, start, enter| Cycle {
+            task,
+            seq,
+            start,
+            enter,
+            exit: enter + 1,
+            end: enter + 2,
+        };
+        // Served in arrival order: task 0 (asked at 0), 1 (at 1), 2 (at 2).
+        let fair = vec![at(0, 1, 0, 10), at(1, 2, 1, 20), at(2, 3, 2, 30)];
+        assert_eq!(contended(fair, 3, &window()).jumped_pct, Some(0.0));
+        // Task 2 asked at 5, after task 1 (at 1), and got in first; task 1's
+        // section did not jump (nobody after it asked before it).
+        let barged = vec![at(0, 1, 0, 10), at(2, 2, 5, 20), at(1, 3, 1, 30)];
+        let c = contended(barged, 3, &window());
+        assert_eq!(c.jumped_pct, Some(100.0 / 3.0));
+        // Only measured sections count, but every later section is a waiter
+        // that may have been overtaken (here a tail section after the window).
+        let w = Window {
+            start: 0,
+            from: 0,
+            to: 25,
+        };
+        let tail = vec![at(0, 1, 3, 10), at(1, 2, 0, 40)];
+        let c = contended(tail, 2, &w);
+        assert_eq!((c.measured, c.jumped_pct), (1, Some(100.0)));
+        assert_eq!(contended(Vec::new(), 1, &window()).jumped_pct, None);
     }
 
     #[test]

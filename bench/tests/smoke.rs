@@ -1,8 +1,8 @@
 //! CI smoke test: runs the whole benchmark with `--smoke` against a private
 //! redis-server and checks the shape of its output and the invariants of
 //! the lock-core workloads (the read-write lock's R1 and M1, the
-//! semaphores' S1 included) and of LAYER (every HTTP answer 200). No
-//! timing is asserted.
+//! semaphores' S1 and the fair lock's W2F and W3F included) and of LAYER
+//! (every HTTP answer 200). No timing is asserted.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -34,7 +34,7 @@ const FIELDS: [&str; 18] = [
 /// The W1 lines that report client CPU per cycle; null on every other line.
 const CPU_LINES: [&str; 4] = ["lock-core", "lock-core-fixed", "L-min-mux", "L-min-pool"];
 
-/// The per-process fairness fields: numbers on W3 and W3NP, null elsewhere.
+/// The per-process fairness fields: numbers on W3, W3NP and W3F, null elsewhere.
 const PROCESS_FIELDS: [&str; 5] = [
     "jain_process",
     "process_sections",
@@ -115,9 +115,9 @@ fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
             assert!(obj.contains_key(f), "field {f} missing in {v}");
         }
         assert_eq!(obj.len(), FIELDS.len(), "unexpected fields in {v}");
-        if !matches!(v["workload"].as_str(), Some("W3" | "W3NP")) {
+        if !matches!(v["workload"].as_str(), Some("W3" | "W3NP" | "W3F")) {
             for f in PROCESS_FIELDS {
-                assert!(obj[f].is_null(), "{f} only on W3 and W3NP: {v}");
+                assert!(obj[f].is_null(), "{f} only on W3, W3NP and W3F: {v}");
             }
         }
         let cpu_line = (v["workload"] == "W1"
@@ -174,7 +174,7 @@ fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
         "the summary must set RL against W1:\n{err}"
     );
 
-    for workload in ["W2", "W3", "W3NP"] {
+    for workload in ["W2", "W2F", "W3", "W3NP", "W3F"] {
         let v = find("lock-core", workload);
         assert_eq!(v["counter_ok"], true, "{v}");
         assert_eq!(v["violations"], 0, "{v}");
@@ -182,7 +182,7 @@ fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
         assert!(v["jain"].is_number() && v["handoff_pct"].is_number(), "{v}");
         assert!(v["max_wait_ms"].is_number(), "{v}");
     }
-    for workload in ["W3", "W3NP"] {
+    for workload in ["W3", "W3NP", "W3F"] {
         let v = find("lock-core", workload);
         let sections: Vec<u64> = v["process_sections"]
             .as_array()
@@ -221,6 +221,29 @@ fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
             && err.contains("target >= 15 % for every process"),
         "the summary must judge W3NP's minimum process share:\n{err}"
     );
+    assert_eq!(
+        err.matches("no process starved: min share").count(),
+        2,
+        "W3NP's and W3F's:\n{err}"
+    );
+
+    // The fair lock: the same loops, on `fair_lock`, named so in the notes
+    // and set against L-serial and their plain twin in the summary.
+    for (workload, plain) in [("W2F", "W2"), ("W3F", "W3")] {
+        let v = find("lock-core", workload);
+        assert!(
+            v["notes"]
+                .as_str()
+                .is_some_and(|n| n.contains("the FAIR lock") && n.contains("jumped the queue")),
+            "{v}"
+        );
+        assert!(
+            err.contains(&format!("{workload}  lock-core"))
+                && err.contains(&format!("  {plain} "))
+                && err.contains("fair / plain"),
+            "the summary must set {workload} against {plain}:\n{err}"
+        );
+    }
 
     // The read-write lock: readers only (R1), and 90/10 reads/writes (M1).
     let r1 = find("lock-core", "R1");

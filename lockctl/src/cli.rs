@@ -13,8 +13,9 @@ pub(crate) const DEFAULT_URL: &str = "redis://127.0.0.1:6379";
 
 /// A distributed `flock`: run a command while holding a lock on Redis, hold a
 /// lock, and see or force-unlock locks (lock-core's and Redisson's `RLock`,
-/// and with --read/--write a side of a read-write lock, Redisson's
-/// `RReadWriteLock`); with --permits, run a command holding one of N permits
+/// with --read/--write a side of a read-write lock, Redisson's
+/// `RReadWriteLock`, with --fair the fair lock, Redisson's `RFairLock`,
+/// waiters served in arrival order); with --permits, run a command holding one of N permits
 /// of a semaphore (Redisson's `RPermitExpirableSemaphore`); run a command
 /// while leader of an election (elect), see who leads (leader).
 #[derive(Debug, Parser)]
@@ -53,15 +54,15 @@ pub(crate) struct Cli {
 /// What to do.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
-    /// Acquire NAME (--read/--write: a side of the read-write lock NAME; --permits N: one of N permits of the semaphore NAME), run CMD with it held, release; exit with CMD's exit code
+    /// Acquire NAME (--read/--write: a side of the read-write lock NAME; --fair: the fair lock NAME, in arrival order; --permits N: one of N permits of the semaphore NAME), run CMD with it held, release; exit with CMD's exit code
     Run(RunArgs),
-    /// Acquire NAME (--read/--write: a side of the read-write lock NAME), print it as one JSON line, hold it until --for passes or SIGINT/SIGTERM
+    /// Acquire NAME (--read/--write: a side of the read-write lock NAME; --fair: the fair lock NAME, in arrival order), print it as one JSON line, hold it until --for passes or SIGINT/SIGTERM
     Hold(HoldArgs),
-    /// Print NAME's holders and TTL as one JSON line (a read-write lock: also its mode, readers and writer)
+    /// Print NAME's holders and TTL as one JSON line (a read-write lock: also its mode, readers and writer; a fair lock with waiters: its queue, first first, with their deadlines)
     Status(NameArg),
     /// Delete NAME whoever holds it and wake its waiters (needs --force)
     Unlock(UnlockArgs),
-    /// Print every lock that exists now, one JSON line each as `status` prints it (SCAN, never KEYS)
+    /// Print every lock that exists now, one JSON line each as `status` prints it but without fair queues (SCAN, never KEYS)
     List(ListArgs),
     /// See and set up the semaphores `run --permits` uses (Redisson's RPermitExpirableSemaphore; `status` reads a plain RSemaphore too)
     #[command(subcommand)]
@@ -116,8 +117,8 @@ pub(crate) struct SemaphoreAddArgs {
     pub(crate) delta: i64,
 }
 
-/// How to acquire: which lock (the plain lock, or a side of the read-write
-/// lock of that name), wait bound and lease.
+/// How to acquire: which lock (the plain lock, a side of the read-write
+/// lock of that name, or the fair lock of that name), wait bound and lease.
 #[derive(Debug, Args)]
 pub(crate) struct AcquireArgs {
     /// Take the read side of the read-write lock NAME: shared with other readers, excludes writers
@@ -127,6 +128,10 @@ pub(crate) struct AcquireArgs {
     /// Take the write side of the read-write lock NAME: no readers, no other writer
     #[arg(long)]
     pub(crate) write: bool,
+
+    /// Take the fair lock NAME (Redisson's RFairLock): waiters of every process and language get it in the order they began to wait, queued in Redis (`status` shows the queue), with Redisson's default wait allowance (5m, fairLockWaitTimeout). It excludes the plain lock NAME and is excluded by it
+    #[arg(long, conflicts_with_all = ["read", "write"])]
+    pub(crate) fair: bool,
 
     /// Give up (exit 75) when not acquired within DUR; 0s = one attempt. Default: wait forever
     #[arg(long, value_name = "DUR", value_parser = parse_duration)]
@@ -139,8 +144,9 @@ pub(crate) struct AcquireArgs {
 
 impl AcquireArgs {
     /// The lock asked for: [`LockMode::Exclusive`] (the plain lock, the
-    /// default), or [`LockMode::Read`] / [`LockMode::Write`] for `--read` /
-    /// `--write` (clap refuses both at once).
+    /// default, or with `--fair` the fair lock), or [`LockMode::Read`] /
+    /// [`LockMode::Write`] for `--read` / `--write` (clap refuses two of
+    /// the three at once).
     pub(crate) fn mode(&self) -> LockMode {
         match (self.read, self.write) {
             (true, _) => LockMode::Read,
@@ -154,7 +160,7 @@ impl AcquireArgs {
 /// acquisition, as the macro's `permits = N`).
 pub(crate) const MAX_PERMITS: u32 = 10_000;
 
-/// `lockctl run NAME [--read | --write | --permits N] [--wait DUR] [--lease DUR] -- CMD [ARGS...]`
+/// `lockctl run NAME [--read | --write | --fair | --permits N] [--wait DUR] [--lease DUR] -- CMD [ARGS...]`
 #[derive(Debug, Args)]
 pub(crate) struct RunArgs {
     /// The lock's name (with --permits: the semaphore's)
@@ -168,7 +174,7 @@ pub(crate) struct RunArgs {
         long,
         value_name = "N",
         value_parser = clap::value_parser!(u32).range(1..=i64::from(MAX_PERMITS)),
-        conflicts_with_all = ["read", "write"]
+        conflicts_with_all = ["read", "write", "fair"]
     )]
     pub(crate) permits: Option<u32>,
 
@@ -196,7 +202,7 @@ pub(crate) struct ElectArgs {
     pub(crate) command: Vec<OsString>,
 }
 
-/// `lockctl hold NAME [--read | --write] [--wait DUR] [--lease DUR] [--for DUR]`
+/// `lockctl hold NAME [--read | --write | --fair] [--wait DUR] [--lease DUR] [--for DUR]`
 #[derive(Debug, Args)]
 pub(crate) struct HoldArgs {
     /// The lock's name

@@ -4,7 +4,11 @@
 use std::io::Write;
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, Lock, LockClient, LockGuard, LockMode, LockOwner, LockStatus};
+use std::time::UNIX_EPOCH;
+
+use lock_core::{
+    AcquireOptions, FairWaiter, Lock, LockClient, LockGuard, LockMode, LockOwner, LockStatus,
+};
 use serde_json::{json, Map, Value};
 
 use crate::cli::{AcquireArgs, HoldArgs, ListArgs, NameArg, UnlockArgs};
@@ -26,8 +30,11 @@ pub(crate) fn emit(value: &Value) -> Result<(), CliError> {
 /// (`read` or `write`) after `locked`, each owner's `mode`, and after
 /// `owners` its `readers` (`[{"owner","count"}]`) and its `writer`
 /// (`{"owner","count"}` or `null`; a writer that downgraded is listed with
-/// its read holds as a reader too).
-pub(crate) fn status_json(status: &LockStatus) -> Value {
+/// its read holds as a reader too). A non-empty `queue` (the waiters of a
+/// fair lock, first first) adds `"queue":[{"owner","deadline_ms"}]` before
+/// `ttl_ms`: `deadline_ms` in ms since the epoch (the waiters' clocks),
+/// `null` when the queue names a waiter without a deadline.
+pub(crate) fn status_json(status: &LockStatus, queue: &[FairWaiter]) -> Value {
     let rw = matches!(status.mode, Some(LockMode::Read | LockMode::Write));
     let holder = |o: &LockOwner| json!({ "owner": o.owner, "count": o.count });
     let owners: Vec<Value> = status
@@ -58,9 +65,24 @@ pub(crate) fn status_json(status: &LockStatus) -> Value {
         let writer = side(LockMode::Write).next().map_or(Value::Null, holder);
         line.insert("writer".into(), writer);
     }
+    if !queue.is_empty() {
+        let waiters: Vec<Value> = queue.iter().map(waiter_json).collect();
+        line.insert("queue".into(), Value::Array(waiters));
+    }
     line.insert("ttl_ms".into(), ttl_ms);
     line.insert("key".into(), json!(status.key));
     Value::Object(line)
+}
+
+/// A fair lock's waiter as `status` prints it: `{"owner","deadline_ms"}`.
+fn waiter_json(waiter: &FairWaiter) -> Value {
+    let deadline_ms = waiter
+        .deadline
+        .and_then(|d| d.duration_since(UNIX_EPOCH).ok())
+        .map_or(Value::Null, |d| {
+            json!(u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+        });
+    json!({ "owner": waiter.owner, "deadline_ms": deadline_ms })
 }
 
 /// A key's time to live as the JSON lines show it (`ttl_ms`): `null` for
@@ -74,8 +96,9 @@ pub(crate) fn ttl_json(ttl: Option<Duration>) -> Value {
     }
 }
 
-/// The lock `args` ask for on `name`: the plain lock, or with `--read` /
-/// `--write` that side of the read-write lock `name`.
+/// The lock `args` ask for on `name`: the plain lock, with `--read` /
+/// `--write` that side of the read-write lock `name`, with `--fair` the
+/// fair lock `name`.
 pub(crate) fn lock_for(
     client: &LockClient,
     name: &str,
@@ -84,6 +107,7 @@ pub(crate) fn lock_for(
     Ok(match args.mode() {
         LockMode::Read => client.rw_lock(name)?.read(),
         LockMode::Write => client.rw_lock(name)?.write(),
+        _ if args.fair => client.fair_lock(name)?,
         _ => client.lock(name)?,
     })
 }
@@ -96,6 +120,9 @@ fn busy_message(lock: &Lock) -> String {
             format!("read-write lock `{name}` is held by a writer (or a writer waits for it)")
         }
         LockMode::Write => format!("read-write lock `{name}` is held by readers or a writer"),
+        _ if lock.is_fair() => format!(
+            "fair lock `{name}` is held by another owner (or kept for the first in its queue)"
+        ),
         _ => format!("lock `{name}` is held by another owner"),
     }
 }
@@ -137,7 +164,8 @@ pub(crate) async fn acquire(
 
 /// `lockctl hold`: acquire, print the holding, wait for `--for` or a
 /// signal, release. The line is `{"name","owner","fencing_token"}`; a side
-/// of a read-write lock adds its `mode` (`read` or `write`) after `name`.
+/// of a read-write lock adds its `mode` (`read` or `write`) after `name`,
+/// the fair lock `"fair":true`.
 pub(crate) async fn hold(client: &LockClient, args: HoldArgs) -> Result<u8, CliError> {
     let lock = lock_for(client, &args.name, &args.acquire)?;
     let mut signals = Signals::install()?;
@@ -146,6 +174,9 @@ pub(crate) async fn hold(client: &LockClient, args: HoldArgs) -> Result<u8, CliE
     line.insert("name".into(), json!(lock.name()));
     if lock.mode() != LockMode::Exclusive {
         line.insert("mode".into(), json!(lock.mode().as_str()));
+    }
+    if lock.is_fair() {
+        line.insert("fair".into(), json!(true));
     }
     line.insert("owner".into(), json!(guard.owner_id()));
     line.insert("fencing_token".into(), json!(guard.fencing_token()));
@@ -181,27 +212,54 @@ pub(crate) async fn hold(client: &LockClient, args: HoldArgs) -> Result<u8, CliE
     }
 }
 
-/// `lockctl status NAME`
+/// `lockctl status NAME`. Every name's fair queue is read too, beside the
+/// lock (the two reads go out together, so it costs no extra round trip,
+/// but they are not one snapshot), so the caller need not know whether
+/// NAME is used as a fair lock: a non-empty queue shows as `queue`. A user
+/// whose ACL does not reach the queue keys gets the line without it and a
+/// note on stderr.
 pub(crate) async fn status(client: &LockClient, args: NameArg) -> Result<u8, CliError> {
-    let status = client.lock(&args.name)?.status().await?;
-    emit(&status_json(&status))?;
+    let lock = client.lock(&args.name)?;
+    let fair = client.fair_lock(&args.name)?;
+    let (status, queue) = tokio::join!(lock.status(), fair.fair_queue());
+    let status = status?;
+    let queue = match queue {
+        Ok(queue) => queue,
+        Err(e) if e.is_no_permission() => {
+            eprintln!(
+                "lockctl: note: the fair queue of `{}` is not shown: {}",
+                args.name,
+                chain(&e)
+            );
+            Vec::new()
+        }
+        Err(e) => return Err(e.into()),
+    };
+    emit(&status_json(&status, &queue))?;
     Ok(0)
 }
 
 /// `lockctl unlock --force NAME`: `{"name","removed","key"}`. A read-write
 /// lock (its mode read first) is deleted as one, which wakes its waiters on
-/// its own channel, and its line adds the `mode` it had after `name`; any
-/// other key is deleted as a plain lock, as before read-write locks.
+/// its own channel, and its line adds the `mode` it had after `name`; a
+/// lock with a fair queue (read beside the mode) is deleted as the fair
+/// lock, which tells the first waiter on its own channel; any other key is
+/// deleted as a plain lock, as before read-write locks.
 pub(crate) async fn unlock(client: &LockClient, args: UnlockArgs) -> Result<u8, CliError> {
     debug_assert!(args.force, "clap requires --force");
     let lock = client.lock(&args.name)?;
+    let fair = client.fair_lock(&args.name)?;
     // A key that is not a lock (or a failed read) is left to the plain
     // force-unlock, which reports Redis' errors itself.
-    let mode = lock.status().await.ok().and_then(|s| s.mode);
+    let (status, queue) = tokio::join!(lock.status(), fair.fair_queue());
+    let mode = status.ok().and_then(|s| s.mode);
     let removed = match mode {
         Some(LockMode::Read | LockMode::Write) => {
             client.rw_lock(&args.name)?.force_unlock().await?
         }
+        // A fair lock with waiters: its own force-unlock tells the first
+        // of them on its channel (the plain one tells nobody it listens to).
+        _ if queue.is_ok_and(|q| !q.is_empty()) => fair.force_unlock().await?,
         _ => lock.force_unlock().await?,
     };
     let mut line = Map::new();
@@ -218,7 +276,8 @@ pub(crate) async fn unlock(client: &LockClient, args: UnlockArgs) -> Result<u8, 
 /// `lockctl list [--match PATTERN]`
 pub(crate) async fn list(client: &LockClient, args: ListArgs) -> Result<u8, CliError> {
     for status in client.scan_locks(&args.pattern).await? {
-        emit(&status_json(&status))?;
+        // The queues of fair locks are `status`'s alone (one more read per lock).
+        emit(&status_json(&status, &[]))?;
     }
     Ok(0)
 }

@@ -8,6 +8,16 @@
 //! lock NAME instead (Redisson's `RReadWriteLock`): readers share it, a
 //! writer has it alone; the two flags exclude each other (exit 64).
 //!
+//! With `--fair`, `run` and `hold` take the fair lock NAME (Redisson's
+//! `RFairLock`): waiters of every process and language get it in the order
+//! they began to wait, queued in Redis (`redisson_lock_queue:{NAME}`); it
+//! excludes the plain lock NAME and is excluded by it. `--fair` with
+//! `--read`, `--write` or `--permits` is exit 64. `status` always reads the
+//! fair queue beside the lock (no extra round trip) and, when someone
+//! waits in it, adds `"queue":[{"owner","deadline_ms"}]`, first first, with
+//! each waiter's deadline in ms since the epoch; `unlock --force` of a lock
+//! with a queue tells the first waiter at once.
+//!
 //! With `--permits N`, `run` takes one of N permits of the expirable
 //! semaphore NAME instead (Redisson's `RPermitExpirableSemaphore`, created
 //! with N permits when absent; an existing one keeps its count): at most N
@@ -18,8 +28,8 @@
 //! ```text
 //! lockctl [--url URL] [--prefix P] [--watchdog DUR] <command>
 //!
-//!   run NAME [--read | --write | --permits N] [--wait DUR] [--lease DUR] -- CMD [ARGS...]
-//!   hold NAME [--read | --write] [--wait DUR] [--lease DUR] [--for DUR]
+//!   run NAME [--read | --write | --fair | --permits N] [--wait DUR] [--lease DUR] -- CMD [ARGS...]
+//!   hold NAME [--read | --write | --fair] [--wait DUR] [--lease DUR] [--for DUR]
 //!   status NAME
 //!   unlock --force NAME
 //!   list [--match PATTERN]
@@ -36,7 +46,7 @@
 //! `status` and `list`, `ttl_ms` is `null` for a free lock and `-1` for a
 //! key without expiry; a read-write lock's line adds its `mode`, `read` or
 //! `write`, its `readers` and its `writer` with their hold counts, and each
-//! owner's `mode`). Exit codes
+//! owner's `mode`; in `status`, a fair lock's waiters as `queue`). Exit codes
 //! are listed at the end of `lockctl --help` (75: `--wait` passed; 76: the
 //! lock was lost while held; `run` passes the command's own code through).
 //!
@@ -57,6 +67,12 @@
 //! lockctl status prices
 //! # {"name":"prices","locked":true,"mode":"read","owners":[{"owner":"…:1","count":1,"mode":"read"}],
 //! #  "readers":[{"owner":"…:1","count":1}],"writer":null,"ttl_ms":29120,"key":"prices"}
+//!
+//! # month-end closes run one at a time, in the order they were started
+//! lockctl run --fair ledger-close --wait 1h -- ./close.sh
+//! lockctl status ledger-close
+//! # {"name":"ledger-close","locked":true,"owners":[{"owner":"…:1","count":1}],
+//! #  "queue":[{"owner":"…:1","deadline_ms":1795132800123}],"ttl_ms":29120,"key":"ledger-close"}
 //! ```
 //!
 //! `elect` campaigns in the election NAME (lock-core's `Election`, on the

@@ -738,6 +738,346 @@ fn a_write_hold_waiting_on_readers_is_woken_by_unlock_force() {
     }
 }
 
+// ------------------------------------------------------------------- fair
+
+/// The fair queue of `name` (no prefix) as Redis holds it: the waiting
+/// owners, first first, read with a raw connection.
+fn fair_queue(server: &RedisServer, name: &str) -> Vec<String> {
+    let key = format!("redisson_lock_queue:{{{name}}}");
+    server
+        .command(&["LRANGE", &key, "0", "-1"])
+        .expect("LRANGE")
+        .as_array()
+        .unwrap_or_default()
+        .iter()
+        .map(|v| v.as_string().expect("an owner"))
+        .collect()
+}
+
+/// A waiter's deadline in the fair lock's ZSET, read with a raw connection.
+fn fair_deadline(server: &RedisServer, name: &str, owner: &str) -> u64 {
+    let key = format!("redisson_lock_timeout:{{{name}}}");
+    let score = server
+        .command(&["ZSCORE", &key, owner])
+        .expect("ZSCORE")
+        .as_string()
+        .expect("a score");
+    score.parse::<f64>().expect("a number") as u64
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("after the epoch")
+        .as_millis() as u64
+}
+
+/// Spawns `run --fair NAME -- sh -c SCRIPT sh DIR LETTER` and waits until
+/// Redis' queue holds `place` waiters (this one the last), so that the
+/// arrival order is the spawn order.
+fn queued_fair_run(
+    server: &RedisServer,
+    name: &str,
+    script: &str,
+    dir: &Path,
+    letter: &str,
+    place: usize,
+) -> Proc {
+    let dir = dir.to_str().expect("utf-8 path");
+    let proc = Proc::spawn(lockctl(
+        &server.url(),
+        &[
+            "run", name, "--fair", "--", "sh", "-c", script, "sh", dir, letter,
+        ],
+    ));
+    assert!(
+        eventually(LIMIT, || fair_queue(server, name).len() == place),
+        "run {letter} queued at place {place}: {:?}",
+        fair_queue(server, name)
+    );
+    proc
+}
+
+#[test]
+fn run_fair_serializes_two_runs() {
+    let server = server();
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("count"), "0").expect("counter");
+    let script = "cd \"$1\"; mkdir inside || echo overlap >> violations; \
+                  n=$(cat count); sleep 0.05; echo $((n + 1)) > count; rmdir inside";
+    let rounds = 4;
+    let workers: Vec<_> = (0..2)
+        .map(|_| {
+            let url = server.url();
+            let dir = dir.path().to_string_lossy().into_owned();
+            thread::spawn(move || {
+                for _ in 0..rounds {
+                    let out = run(lockctl(
+                        &url,
+                        &[
+                            "run",
+                            "fair-counter",
+                            "--fair",
+                            "--",
+                            "sh",
+                            "-c",
+                            script,
+                            "sh",
+                            &dir,
+                        ],
+                    ));
+                    assert_eq!(out.code, Some(0), "{out:?}");
+                }
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join().expect("worker");
+    }
+    assert_eq!(
+        read(&dir.path().join("violations")),
+        "",
+        "two commands ran at once"
+    );
+    assert_eq!(
+        read(&dir.path().join("count")).trim(),
+        (2 * rounds).to_string()
+    );
+    let s = status(&server.url(), "fair-counter");
+    assert_eq!(s["locked"], false);
+    assert_eq!(
+        keys(&s),
+        ["name", "locked", "owners", "ttl_ms", "key"],
+        "no queue left: {s}"
+    );
+    assert!(fair_queue(&server, "fair-counter").is_empty());
+}
+
+#[test]
+fn run_fair_serves_three_queued_runs_in_arrival_order() {
+    let server = server();
+    let url = server.url();
+    let dir = tempfile::tempdir().expect("tempdir");
+    // Each command notes its letter when it starts and when it ends.
+    let script = "cd \"$1\"; echo \"start $2\" >> order; sleep 0.1; echo \"end $2\" >> order";
+    let mut holder = Proc::spawn(lockctl(&url, &["hold", "fifo", "--fair"]));
+    holder.first_json(LIMIT);
+    let runs: Vec<Proc> = ["A", "B", "C"]
+        .iter()
+        .enumerate()
+        .map(|(i, letter)| queued_fair_run(&server, "fifo", script, dir.path(), letter, i + 1))
+        .collect();
+    assert_eq!(
+        read(&dir.path().join("order")),
+        "",
+        "nothing runs while held"
+    );
+
+    holder.signal(Signal::SIGTERM);
+    assert_eq!(holder.finish(LIMIT).code, Some(0));
+    for proc in runs {
+        let out = proc.finish(LIMIT);
+        assert_eq!(out.code, Some(0), "{out:?}");
+    }
+    assert_eq!(
+        read(&dir.path().join("order")),
+        "start A\nend A\nstart B\nend B\nstart C\nend C\n",
+        "one at a time, in the order they began to wait"
+    );
+    assert!(fair_queue(&server, "fifo").is_empty());
+}
+
+#[test]
+fn status_shows_the_fair_queue_while_runs_wait() {
+    let server = server();
+    let url = server.url();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut hold = Proc::spawn(lockctl(&url, &["hold", "close", "--fair"]));
+    let held = hold.first_json(LIMIT);
+    assert_eq!(keys(&held), ["name", "fair", "owner", "fencing_token"]);
+    assert_eq!(held["fair"], true);
+    let owner = held["owner"].as_str().expect("owner").to_string();
+    // A single attempt never queues, and says which lock it tried.
+    let out = run(lockctl(
+        &url,
+        &["run", "close", "--fair", "--wait", "0s", "--", "true"],
+    ));
+    out.assert_one_line_error(75, "fair lock `close` is held by another owner");
+    // Nobody waits: the plain line.
+    let s = status(&url, "close");
+    assert_eq!(
+        keys(&s),
+        ["name", "locked", "owners", "ttl_ms", "key"],
+        "{s}"
+    );
+
+    let script = "true";
+    let waiters: Vec<Proc> = ["A", "B"]
+        .iter()
+        .enumerate()
+        .map(|(i, letter)| queued_fair_run(&server, "close", script, dir.path(), letter, i + 1))
+        .collect();
+    let queued = fair_queue(&server, "close");
+    let before = now_ms();
+    let s = status(&url, "close");
+    assert_eq!(
+        keys(&s),
+        ["name", "locked", "owners", "queue", "ttl_ms", "key"],
+        "{s}"
+    );
+    assert_eq!(s["owners"], serde_json::json!([holder(&owner, 1)]));
+    let expected: Vec<Value> = queued
+        .iter()
+        .map(|o| serde_json::json!({ "owner": o, "deadline_ms": fair_deadline(&server, "close", o) }))
+        .collect();
+    assert_eq!(
+        s["queue"],
+        Value::Array(expected),
+        "first first, as Redis has them"
+    );
+    let deadlines: Vec<u64> = s["queue"]
+        .as_array()
+        .expect("queue")
+        .iter()
+        .map(|w| w["deadline_ms"].as_u64().expect("deadline"))
+        .collect();
+    assert!(
+        deadlines[0] > before && deadlines[0] < deadlines[1],
+        "{deadlines:?}"
+    );
+    // `list` prints the lock without its queue.
+    let out = run(lockctl(&url, &["list"]));
+    assert_eq!(
+        keys(&out.json_lines()[0]),
+        ["name", "locked", "owners", "ttl_ms", "key"]
+    );
+
+    // A user whose ACL does not reach the queue keys still gets the line.
+    server
+        .command(&[
+            "ACL",
+            "SETUSER",
+            "ops",
+            "on",
+            ">pw",
+            "resetkeys",
+            "~close",
+            "+@all",
+        ])
+        .expect("ACL SETUSER");
+    let limited = url.replacen("redis://", "redis://ops:pw@", 1);
+    let out = run(lockctl(&limited, &["status", "close"]));
+    assert_eq!(out.code, Some(0), "{out:?}");
+    let line = &out.json_lines()[0];
+    assert_eq!(
+        keys(line),
+        ["name", "locked", "owners", "ttl_ms", "key"],
+        "{out:?}"
+    );
+    assert!(
+        out.stderr
+            .starts_with("lockctl: note: the fair queue of `close` is not shown")
+            && out.stderr.lines().count() == 1,
+        "{out:?}"
+    );
+
+    hold.signal(Signal::SIGTERM);
+    assert_eq!(hold.finish(LIMIT).code, Some(0));
+    for proc in waiters {
+        assert_eq!(proc.finish(LIMIT).code, Some(0));
+    }
+    let s = status(&url, "close");
+    assert_eq!(
+        keys(&s),
+        ["name", "locked", "owners", "ttl_ms", "key"],
+        "{s}"
+    );
+}
+
+/// A raw subscriber to one channel: an observer of what is published on it.
+struct Subscriber {
+    conn: std::net::TcpStream,
+    seen: Vec<u8>,
+}
+
+impl Subscriber {
+    fn new(server: &RedisServer, channel: &str) -> Subscriber {
+        let mut conn = std::net::TcpStream::connect(server.addr()).expect("connect");
+        conn.set_read_timeout(Some(Duration::from_millis(50)))
+            .expect("timeout");
+        write!(
+            conn,
+            "*2\r\n$9\r\nSUBSCRIBE\r\n${}\r\n{channel}\r\n",
+            channel.len()
+        )
+        .expect("SUBSCRIBE");
+        let mut sub = Subscriber {
+            conn,
+            seen: Vec::new(),
+        };
+        assert!(sub.saw("subscribe", LIMIT), "subscribed to {channel}");
+        sub
+    }
+
+    /// Whether what arrived so far contains `needle`, reading for at most `limit`.
+    fn saw(&mut self, needle: &str, limit: Duration) -> bool {
+        let start = Instant::now();
+        let mut buf = [0u8; 512];
+        loop {
+            if String::from_utf8_lossy(&self.seen).contains(needle) {
+                return true;
+            }
+            if start.elapsed() > limit {
+                return false;
+            }
+            if let Ok(n) = self.conn.read(&mut buf) {
+                self.seen.extend_from_slice(&buf[..n]);
+            }
+        }
+    }
+}
+
+#[test]
+fn unlock_force_of_a_fair_lock_tells_the_first_waiter_on_its_channel() {
+    let server = server();
+    let url = server.url();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let mut holder = Proc::spawn(lockctl(&url, &["hold", "stuck-fair", "--fair"]));
+    holder.first_json(LIMIT);
+    let marker = dir.path().join("ran");
+    let waiter = queued_fair_run(
+        &server,
+        "stuck-fair",
+        "touch \"$1/ran\"",
+        dir.path(),
+        "A",
+        1,
+    );
+    let head = fair_queue(&server, "stuck-fair").remove(0);
+    let mut told = Subscriber::new(
+        &server,
+        &format!("redisson_lock__channel:{{stuck-fair}}:{head}"),
+    );
+
+    let out = run(lockctl(&url, &["unlock", "--force", "stuck-fair"]));
+    assert_eq!(
+        out.json_lines(),
+        [serde_json::json!({ "name": "stuck-fair", "removed": true, "key": "stuck-fair" })]
+    );
+    assert!(
+        told.saw("message", Duration::from_secs(5)),
+        "the first waiter is told on its own channel: {:?}",
+        String::from_utf8_lossy(&told.seen)
+    );
+    let out = waiter.finish(LIMIT);
+    assert_eq!(out.code, Some(0), "{out:?}");
+    assert!(marker.exists());
+    // The holder learns that it lost the lock.
+    holder
+        .finish(LIMIT)
+        .assert_one_line_error(76, "lock `stuck-fair` was lost while held");
+}
+
 // ---------------------------------------------------------------- permits
 
 /// The largest number of commands seen inside together: each run of the
@@ -1122,6 +1462,23 @@ fn bad_input_is_one_line_and_exit_64() {
         ),
         (&["leader", ""], "invalid lock name"),
         (&["leader"], "<NAME>"),
+        (
+            &["run", "x", "--fair", "--read", "--", "true"],
+            "'--fair' cannot be used with '--read'",
+        ),
+        (
+            &["run", "x", "--write", "--fair", "--", "true"],
+            "cannot be used with",
+        ),
+        (
+            &["run", "x", "--permits", "2", "--fair", "--", "true"],
+            "cannot be used with",
+        ),
+        (&["hold", "x", "--read", "--fair"], "cannot be used with"),
+        (
+            &["elect", "x", "--fair", "--", "true"],
+            "unexpected argument '--fair'",
+        ),
     ];
     for (args, needle) in cases {
         run(lockctl(&url, args)).assert_one_line_error(64, needle);

@@ -14,7 +14,7 @@ pub(crate) mod wd;
 
 use std::time::Duration;
 
-use lock_core::{AcquireOptions, LockClient};
+use lock_core::{AcquireOptions, Lock, LockClient};
 use tokio::task::JoinHandle;
 
 use crate::args::Options;
@@ -32,6 +32,34 @@ pub(crate) const MAX_CYCLES: usize = 50_000_000;
 /// The options of every timed acquisition.
 pub(crate) fn acquire_options() -> AcquireOptions {
     AcquireOptions::new().wait(ACQUIRE_WAIT).lease(LEASE)
+}
+
+/// Which lock a contended workload loops on: W2, W3 and W3NP take the
+/// plain lock (`client.lock`), W2F and W3F the fair lock
+/// (`client.fair_lock`, Redisson's `RFairLock`: every waiter queued in
+/// Redis and served in arrival order, no local queue).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum LockKind {
+    Plain,
+    Fair,
+}
+
+impl LockKind {
+    /// The handle to the lock `name` of this kind.
+    pub(crate) fn lock(self, client: &LockClient, name: &str) -> BenchResult<Lock> {
+        Ok(match self {
+            LockKind::Plain => client.lock(name)?,
+            LockKind::Fair => client.fair_lock(name)?,
+        })
+    }
+
+    /// How the notes name the lock.
+    pub(crate) fn text(self) -> &'static str {
+        match self {
+            LockKind::Plain => "the plain lock",
+            LockKind::Fair => "the FAIR lock (Redisson's RFairLock: every waiter queued in Redis, served in arrival order, no local queue or hand-off)",
+        }
+    }
 }
 
 /// What every workload needs to know.
@@ -173,8 +201,9 @@ pub(crate) fn uncontended(
     }
 }
 
-/// The figures of a contended loop (W2, W3, W3NP): p50/p99/max are acquire
-/// waits; the cycle latency and the lock-level cycle time go to the notes.
+/// The figures of a contended loop (W2, W2F, W3, W3NP, W3F): p50/p99/max
+/// are acquire waits; the cycle latency, the lock-level cycle time and the
+/// share of sections that jumped the queue go to the notes.
 pub(crate) fn contended(
     workload: &str,
     c: &crate::stats::Contended,
@@ -201,14 +230,16 @@ pub(crate) fn contended(
         client_cpu_us_per_cycle: None,
         server_cpu_us_per_cycle: None,
         notes: format!(
-            "{notes}; p50/p99/max = acquire wait; cycle latency p50 {} us, p99 {} us; lock-level cycle time 1/cycles_per_s {} us; measured cycles {}; hand-offs in counter (INCR) order",
+            "{notes}; p50/p99/max = acquire wait; cycle latency p50 {} us, p99 {} us; lock-level cycle time 1/cycles_per_s {} us; measured cycles {}; hand-offs in counter (INCR) order; jumped the queue {} % of sections (the holder called acquire after a waiter that was served later)",
             fmt(cycle_p50),
             fmt(us(&c.latencies, 99.0)),
             fmt(lock_cycle_us),
-            c.measured
+            c.measured,
+            c.jumped_pct.map_or("-".to_owned(), |x| format!("{x:.2}"))
         ),
         extra: crate::report::Extra {
             cycle_p50_us: cycle_p50,
+            jumped_pct: c.jumped_pct,
             ..Default::default()
         },
     }

@@ -1,5 +1,7 @@
 //! W2, contended in one process: every task loops acquire `w2` (blocking)
-//! → INCR a Redis counter → release.
+//! → INCR a Redis counter → release. W2F is the same loop on the fair lock
+//! `w2f` (`client.fair_lock`): each task is its own waiter in Redis'
+//! queue, served in arrival order, with no local queue in the process.
 //!
 //! Checks inside the critical section: an "inside" counter that must be 0
 //! on entry (else a violation), and every cycle's INCR answer, which orders
@@ -13,16 +15,21 @@ use std::sync::Arc;
 
 use tokio::task::JoinSet;
 
-use super::{acquire_options, contended, lock_client, Ctx, MAX_CYCLES};
+use super::{acquire_options, contended, lock_client, Ctx, LockKind, MAX_CYCLES};
 use crate::report::Measurement;
 use crate::stats::{self, mono_ns, Cycle};
 use crate::{redis_util, BenchResult};
 
-pub(crate) async fn run(ctx: &Ctx) -> BenchResult<Measurement> {
+/// W2 on `kind`'s lock: the plain lock (W2) or the fair lock (W2F).
+pub(crate) async fn run(ctx: &Ctx, kind: LockKind) -> BenchResult<Measurement> {
+    let (workload, name) = match kind {
+        LockKind::Plain => ("W2", "w2"),
+        LockKind::Fair => ("W2F", "w2f"),
+    };
     let client = lock_client(&ctx.url, &ctx.prefix, None).await?;
-    let lock = client.lock("w2")?;
+    let lock = kind.lock(&client, name)?;
     let mut conn = redis_util::connect(&ctx.url).await?;
-    let counter = ctx.key("w2:counter");
+    let counter = ctx.key(&format!("{name}:counter"));
     let _: i64 = redis::cmd("DEL")
         .arg(&counter)
         .query_async(&mut conn)
@@ -88,7 +95,8 @@ pub(crate) async fn run(ctx: &Ctx) -> BenchResult<Measurement> {
     let inside_violations = violations.load(Ordering::SeqCst);
     let counter_ok = errors.is_empty() && c.seq_ok && total == Some(completed);
     let mut notes = format!(
-        "{tasks} tasks on one key, lease 10 s; violations: inside-marker {inside_violations}, interval overlaps {}; counter {} of {completed} cycles",
+        "{tasks} tasks on one key, {}, lease 10 s; violations: inside-marker {inside_violations}, interval overlaps {}; counter {} of {completed} cycles",
+        kind.text(),
         c.overlaps,
         total.unwrap_or(0)
     );
@@ -96,7 +104,7 @@ pub(crate) async fn run(ctx: &Ctx) -> BenchResult<Measurement> {
         notes.push_str(&format!("; {} task(s) failed: {}", errors.len(), errors[0]));
     }
     Ok(contended(
-        "W2",
+        workload,
         &c,
         inside_violations.max(c.overlaps),
         counter_ok,

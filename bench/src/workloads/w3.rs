@@ -30,6 +30,12 @@
 //! streak of local hand-offs; in W3NP nothing else of the process waits, and
 //! the one task asks again the moment its release returns, racing the
 //! processes that were told of the unlock.
+//!
+//! W3F is W3 on the fair lock `w3f` (`client.fair_lock`, Redisson's
+//! `RFairLock`; children get the hidden `--fair`): no local queue, every
+//! task of every process is its own waiter in Redis' queue and is served in
+//! arrival order, so a process never keeps the lock through local
+//! hand-offs.
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, ChildStdin, Command, Stdio};
@@ -40,7 +46,7 @@ use serde_json::{json, Value};
 use tokio::runtime::Runtime;
 use tokio::task::JoinSet;
 
-use super::{acquire_options, contended, lock_client, Ctx, ACQUIRE_WAIT, MAX_CYCLES};
+use super::{acquire_options, contended, lock_client, Ctx, LockKind, ACQUIRE_WAIT, MAX_CYCLES};
 use crate::args::ChildOptions;
 use crate::report::Measurement;
 use crate::stats::{self, mono_ns, Cycle, Window};
@@ -58,13 +64,14 @@ const REPORT_GRACE: Duration = Duration::from_secs(30);
 const EXIT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A cross-process workload: its name, its lock (the counter is
-/// `<lock>:counter`) and its tasks per process.
+/// `<lock>:counter`), its tasks per process and the kind of lock.
 #[derive(Clone, Copy, Debug)]
 pub(crate) struct Variant {
     name: &'static str,
     lock: &'static str,
     /// `None`: `--tasks / --processes` (at least 1).
     tasks_per_process: Option<usize>,
+    kind: LockKind,
 }
 
 /// W3: `--processes` processes of `--tasks / --processes` tasks.
@@ -72,6 +79,7 @@ pub(crate) const W3: Variant = Variant {
     name: "W3",
     lock: "w3",
     tasks_per_process: None,
+    kind: LockKind::Plain,
 };
 
 /// W3NP: `--processes` processes of one task each.
@@ -79,6 +87,15 @@ pub(crate) const W3NP: Variant = Variant {
     name: "W3NP",
     lock: "w3np",
     tasks_per_process: Some(1),
+    kind: LockKind::Plain,
+};
+
+/// W3F: W3's processes and tasks on the fair lock.
+pub(crate) const W3F: Variant = Variant {
+    name: "W3F",
+    lock: "w3f",
+    tasks_per_process: None,
+    kind: LockKind::Fair,
 };
 
 /// The counter a variant's sections increment (without the run's prefix).
@@ -120,6 +137,9 @@ fn spawn_children(
             .args(["--proc", &k.to_string(), "--tasks", &per_proc.to_string()]);
         if let Some(t) = ctx.opts.threads {
             cmd.args(["--threads", &t.to_string()]);
+        }
+        if variant.kind == LockKind::Fair {
+            cmd.arg("--fair");
         }
         let mut child = cmd
             .stdin(Stdio::piped())
@@ -277,7 +297,10 @@ pub(crate) fn run(ctx: &Ctx, rt: &Runtime, variant: Variant) -> BenchResult<Meas
     let shape = if variant.tasks_per_process == Some(1) {
         format!("{processes} processes x 1 task on one key, each asking again as soon as its release returns (no pause, no local queue)")
     } else {
-        format!("{processes} processes x {per_proc} tasks on one key")
+        format!(
+            "{processes} processes x {per_proc} tasks on one key, {}",
+            variant.kind.text()
+        )
     };
     let mut notes = format!(
         "{shape}, lease 10 s; violations = critical sections overlapping in counter order (one clock for all processes); counter {} of {completed} cycles; per process (INCR order): jain_process over process_sections, longest_process_run = most consecutive sections by one process, cross_process_pct = hand-overs between processes / {} hand-overs",
@@ -292,11 +315,17 @@ pub(crate) fn run(ctx: &Ctx, rt: &Runtime, variant: Variant) -> BenchResult<Meas
     Ok(m)
 }
 
-/// The child side (`--child w3`): connect, say `ready`, wait for `go`, run
-/// the loop until the window ends, print the report.
+/// The child side (`--child w3`, with `--fair` on the fair lock): connect,
+/// say `ready`, wait for `go`, run the loop until the window ends, print
+/// the report.
 pub(crate) fn child(opts: &ChildOptions, rt: &Runtime) -> BenchResult<()> {
     let client = rt.block_on(lock_client(&opts.url, &opts.prefix, None))?;
-    let lock = client.lock(&opts.lock)?;
+    let kind = if opts.fair {
+        LockKind::Fair
+    } else {
+        LockKind::Plain
+    };
+    let lock = kind.lock(&client, &opts.lock)?;
     let conn = rt.block_on(redis_util::connect(&opts.url))?;
     let counter = format!("{}{}", opts.prefix, counter_name(&opts.lock));
     println!("ready");
