@@ -47,6 +47,10 @@ pub(crate) struct Cli {
     #[arg(long, global = true, default_value = "30s", value_name = "DUR", value_parser = parse_duration)]
     pub(crate) watchdog: Duration,
 
+    /// Wait allowance of fair locks (--fair; Redisson's fairLockWaitTimeout): every client of a fair lock must use the same value
+    #[arg(long = "fair-wait", global = true, default_value = "5m", value_name = "DUR", value_parser = parse_duration)]
+    pub(crate) fair_wait: Duration,
+
     #[command(subcommand)]
     pub(crate) command: Command,
 }

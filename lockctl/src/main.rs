@@ -160,6 +160,7 @@ async fn dispatch_to(cli: Cli) -> Result<u8, CliError> {
     let client = LockClient::builder(cli.url)
         .key_prefix(cli.prefix)
         .watchdog_timeout(cli.watchdog)
+        .fair_lock_wait_timeout(cli.fair_wait)
         .build()?;
     match cli.command {
         Command::Run(args) => run::run(&client, args).await,

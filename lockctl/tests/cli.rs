@@ -1838,3 +1838,54 @@ fn elect_with_a_wait_bound_exits_75_and_a_signal_stops_the_campaign() {
     out.assert_one_line_error(127, "cannot run `/no/such/command`");
     assert_eq!(status(&url, "busy")["locked"], false);
 }
+
+#[test]
+fn fair_wait_sets_the_allowance_every_client_of_the_lock_shares() {
+    let server = server();
+    let url = server.url();
+    let mut hold = Proc::spawn(lockctl(&url, &["hold", "allowance", "--fair"]));
+    let _held = hold.first_json(LIMIT);
+    let _first = Proc::spawn(lockctl(
+        &url,
+        &[
+            "--fair-wait",
+            "7s",
+            "run",
+            "allowance",
+            "--fair",
+            "--",
+            "true",
+        ],
+    ));
+    assert!(
+        eventually(LIMIT, || fair_queue(&server, "allowance").len() == 1),
+        "queued"
+    );
+    let _second = Proc::spawn(lockctl(
+        &url,
+        &[
+            "--fair-wait",
+            "7s",
+            "run",
+            "allowance",
+            "--fair",
+            "--",
+            "true",
+        ],
+    ));
+    assert!(
+        eventually(LIMIT, || fair_queue(&server, "allowance").len() == 2),
+        "queued"
+    );
+    let queued = fair_queue(&server, "allowance");
+    let (a, b) = (
+        fair_deadline(&server, "allowance", &queued[0]),
+        fair_deadline(&server, "allowance", &queued[1]),
+    );
+    assert_eq!(
+        b - a,
+        7_000,
+        "the second's deadline: the first's plus the allowance"
+    );
+    drop(hold);
+}
