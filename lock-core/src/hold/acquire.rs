@@ -736,8 +736,14 @@ impl Target {
         };
         let owner = fair_owner.unwrap_or_else(|| core.new_owner());
         let latch = self.keys.latch(&owner);
+        // Only a fair acquisition publishes (it tells the queue's head).
+        let publish = if self.keys.rule == Rule::Fair {
+            core.publish_command().await?
+        } else {
+            "publish"
+        };
         let sent_at = Instant::now();
-        let cmd = self.acquire_cmd(&latch, &owner, AcquireMode::New(line), lease_ms);
+        let cmd = self.acquire_cmd(&latch, &owner, AcquireMode::New(line), lease_ms, publish);
         let reply = match core
             .run_script_within(core.scripts.acquire_for(self.keys.rule), &cmd, limit)
             .await
@@ -824,6 +830,7 @@ impl Target {
         owner: &str,
         mode: AcquireMode,
         lease_ms: u64,
+        publish: &'static str,
     ) -> redis::Cmd {
         let core = &self.engine.core;
         AcquireCall {
@@ -835,6 +842,7 @@ impl Target {
             token_retention_ms: core.token_retention_ms(),
             latch_ms: core.latch_ms(),
             client_id: &core.client_id,
+            publish,
         }
         .cmd(core.scripts.acquire_for(self.keys.rule))
     }
@@ -958,7 +966,14 @@ impl Target {
         let lease_ms = lease_ms(lease, core.config.watchdog_timeout);
         let latch = self.keys.latch(&core.request_id());
         let sent_at = Instant::now();
-        let cmd = self.acquire_cmd(&latch, &hold.owner, AcquireMode::Reentry, lease_ms);
+        // (a re-entry never publishes)
+        let cmd = self.acquire_cmd(
+            &latch,
+            &hold.owner,
+            AcquireMode::Reentry,
+            lease_ms,
+            "publish",
+        );
         let cancel = |latch: String| ReleaseJob::Cancel {
             keys: self.keys.clone(),
             owner: hold.owner.clone(),

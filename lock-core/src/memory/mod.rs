@@ -395,6 +395,7 @@ mod tests {
             token_retention_ms: RETENTION,
             latch_ms: LATCH,
             client_id: client,
+            publish: "publish",
         }
     }
 

@@ -56,6 +56,9 @@ pub(crate) struct AcquireCall<'a> {
     pub(crate) latch_ms: u64,
     /// The calling client's id (its place in the line of waiting clients).
     pub(crate) client_id: &'a str,
+    /// `publish` or `spublish`: how a fair acquisition tells the queue's
+    /// head that the lock is free (unused by the other scripts).
+    pub(crate) publish: &'static str,
 }
 
 /// How long a waiting writer's mark keeps new readers of lock-core out
@@ -228,6 +231,7 @@ mod tests {
             token_retention_ms: 60_000,
             latch_ms: 1_000,
             client_id: "c",
+            publish: "publish",
         };
         for (mode, expected) in [
             (AcquireMode::New(Line::Once), ["new", "0"]),

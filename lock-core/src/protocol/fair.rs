@@ -53,6 +53,7 @@ pub(crate) fn acquire_cmd(call: &AcquireCall<'_>, script: &Script) -> Cmd {
             keys.fair_queue.as_str(),
             keys.fair_timeouts.as_str(),
             keys.fair_alive.as_str(),
+            keys.channel.as_str(),
         ],
         (
             call.lease_ms,
@@ -63,6 +64,8 @@ pub(crate) fn acquire_cmd(call: &AcquireCall<'_>, script: &Script) -> Cmd {
             keys.fair_wait_ms,
             clock_ms(),
             FAIR_ALIVE_MS,
+            UNLOCK_MESSAGE,
+            call.publish,
         ),
     )
 }
@@ -169,12 +172,15 @@ mod tests {
                 token_retention_ms: 60_000,
                 latch_ms: 1_000,
                 client_id: "u",
+                publish: "spublish",
             };
             let args = test_support::args(&call.cmd(&scripts.fair_acquire));
-            assert_eq!(args[2], "6");
+            assert_eq!(args[2], "7");
             assert_eq!(args[6], "redisson_lock_queue:{stock}");
-            assert_eq!(args[11], arg);
-            assert_eq!(args[14], "300000");
+            assert_eq!(args[9], "redisson_lock__channel:{stock}");
+            assert_eq!(args[12], arg);
+            assert_eq!(args[15], "300000");
+            assert_eq!(args[19], "spublish");
         }
     }
 }

@@ -16,13 +16,21 @@
 -- KEYS[1] lock hash, KEYS[2] last fencing token, KEYS[3] this owner's latch
 -- (exists when its waiting was cancelled, see fair_cancel.lua), KEYS[4] the
 -- queue, KEYS[5] the deadlines, KEYS[6] the liveness marks of lock-core's
--- waiters (a ZSET: owner -> alive until, in ms of the clients' clocks)
+-- waiters (a ZSET: owner -> alive until, in ms of the server's clock),
+-- KEYS[7] the lock's channel (a waiter's own channel is `<KEYS[7]>:<owner>`)
 -- ARGV[1] lease in ms, ARGV[2] the owner id (one per waiter: its place in
 -- the queue), ARGV[3] mode, ARGV[4] lifetime in ms of the token key,
 -- ARGV[5] lifetime in ms of a re-entry's latch, ARGV[6] the wait allowance
 -- in ms, ARGV[7] the caller's clock in ms since the epoch, ARGV[8] how
 -- long in ms a waiter's liveness mark lasts (it is renewed at every
--- attempt)
+-- attempt), ARGV[9] the unlock message, ARGV[10] the publish command
+-- ('publish' or 'spublish')
+--
+-- When the lock is free but another waiter is the queue's head (it may not
+-- know: its predecessor was just pruned as dead here, or its message was
+-- lost), the head is told on its own channel, so a free lock never waits
+-- for a head that sleeps until its next re-check (or, for Redisson's
+-- waiters, until their whole wait runs out).
 --
 -- mode 'once': one attempt that never joins the queue (Redisson's tryLock
 --   without a wait). mode 'wait': a waiter; when the lock is held (or free
@@ -112,6 +120,9 @@ if redis.call('exists', KEYS[1]) == 0 then
     redis.call('pexpire', KEYS[1], ARGV[1])
     return {1, token}
   end
+  -- (pcall: a refused publish must not fail the attempt; the head asks
+  -- again by its own bound)
+  redis.pcall(ARGV[10], KEYS[7] .. ':' .. head, ARGV[9])
 end
 if mode ~= 'wait' then
   return {0, redis.call('pttl', KEYS[1])}

@@ -612,7 +612,8 @@ async fn queue_rules_the_review_asked_for_hold_on_a_real_server() {
         format!("redisson_lock_token:{{{name}}}"),
         format!("redisson_unlock_latch:{{{name}}}:x"),
     );
-    let keys = [name, &token, &latch, &queue, &timeouts, &alive];
+    let channel = format!("redisson_lock__channel:{{{name}}}");
+    let keys = [name, &token, &latch, &queue, &timeouts, &alive, &channel];
     let now = now_ms();
     let far = (now + 3_600_000).to_string();
     // 1. a live mark is read on the server's clock: a caller whose clock
@@ -641,7 +642,7 @@ async fn queue_rules_the_review_asked_for_hold_on_a_real_server() {
         acquire,
         &keys,
         &[
-            "30000", "c9:1", "once", "60000", "1000", "5000", &ahead, "3000",
+            "30000", "c9:1", "once", "60000", "1000", "5000", &ahead, "3000", "0", "publish",
         ],
     )
     .await;
@@ -653,14 +654,14 @@ async fn queue_rules_the_review_asked_for_hold_on_a_real_server() {
     // 2. c1, overdue but alive, is granted: java:2 keeps its deadline
     //    (Redisson's clients would have dropped c1 without moving anyone up)
     let latch_c1 = format!("redisson_unlock_latch:{{{name}}}:c1:1");
-    let keys_c1 = [name, &token, &latch_c1, &queue, &timeouts, &alive];
+    let keys_c1 = [name, &token, &latch_c1, &queue, &timeouts, &alive, &channel];
     let now_s = now_ms().to_string();
     let granted = raw_script(
         &mut conn,
         acquire,
         &keys_c1,
         &[
-            "30000", "c1:1", "wait", "60000", "1000", "5000", &now_s, "3000",
+            "30000", "c1:1", "wait", "60000", "1000", "5000", &now_s, "3000", "0", "publish",
         ],
     )
     .await;
@@ -703,7 +704,6 @@ async fn queue_rules_the_review_asked_for_hold_on_a_real_server() {
         .await
         .expect("subscribe");
     let latch_leave = format!("redisson_unlock_latch:{{{name}}}:c1:2");
-    let channel = format!("redisson_lock__channel:{{{name}}}");
     let _ = raw_script(
         &mut conn,
         cancel,
@@ -728,4 +728,41 @@ async fn queue_rules_the_review_asked_for_hold_on_a_real_server() {
     let mut messages = pubsub.on_message();
     let told = within(Duration::from_secs(2), "java:4 told", messages.next()).await;
     assert!(told.is_some());
+    // 4. the lock is free and java:4 is the head: an attempt by another
+    //    ('once' or 'wait') is refused and tells java:4 again (its message
+    //    may have been lost, or it was just made head by a pruning)
+    for (owner, mode) in [("c9:2", "once"), ("c8:1", "wait")] {
+        let latch_o = format!("redisson_unlock_latch:{{{name}}}:{owner}");
+        let keys_o = [name, &token, &latch_o, &queue, &timeouts, &alive, &channel];
+        let refused = raw_script(
+            &mut conn,
+            acquire,
+            &keys_o,
+            &[
+                "30000",
+                owner,
+                mode,
+                "60000",
+                "1000",
+                "5000",
+                &now_ms().to_string(),
+                "3000",
+                "0",
+                "publish",
+            ],
+        )
+        .await;
+        assert!(
+            matches!(&refused, redis::Value::Array(v) if v.first() == Some(&redis::Value::Int(0))),
+            "{owner} refused: {refused:?}"
+        );
+        let told = within(
+            Duration::from_secs(2),
+            "java:4 told of the free lock",
+            messages.next(),
+        )
+        .await;
+        assert!(told.is_some(), "{owner}'s attempt told java:4");
+    }
+    assert_eq!(queue_of(&mut conn, name).await, ["java:4", "c8:1"]);
 }

@@ -45,9 +45,10 @@ impl F {
                 &self.queue,
                 &self.timeouts,
                 &self.alive,
+                &self.k.channel,
             ],
             &[
-                LEASE, owner, mode, RETENTION, LATCH_MS, ALLOWANCE, now, LAPSE,
+                LEASE, owner, mode, RETENTION, LATCH_MS, ALLOWANCE, now, LAPSE, "0", "publish",
             ],
         )
     }
@@ -188,6 +189,36 @@ pub(super) fn cases(name: &mut dyn FnMut() -> String) -> Vec<(&'static str, Vec<
             step_as(Rule::Token, f.acquire("c9:1", "once", "1000006000")),
             cmd(&["HGETALL", &f.k.lock]),
             cmd(&["EXISTS", &f.queue, &f.timeouts]),
+        ],
+    ));
+
+    let f = F::new(&name());
+    table.push((
+        "fair_acquire: a free lock whose head is another waiter (its predecessor just pruned as dead) — an attempt, 'once' or 'wait', is refused and tells the head on its own channel; the head's attempt then takes it",
+        vec![
+            Step::Subscribe {
+                channel: f.channel("c3:1"),
+                sharded: false,
+            },
+            cmd(&["RPUSH", &f.queue, "java:1", "c3:1"]),
+            cmd(&[
+                "ZADD",
+                &f.timeouts,
+                "999999000",
+                "java:1",
+                "1000900000",
+                "c3:1",
+            ]),
+            cmd(&["ZADD", &f.alive, "99999999999999", "c3:1"]),
+            step(f.acquire("c9:1", "once", now)),
+            Step::Messages,
+            cmd(&["LRANGE", &f.queue, "0", "-1"]),
+            step(f.acquire("c8:1", "wait", now)),
+            Step::Messages,
+            cmd(&["LRANGE", &f.queue, "0", "-1"]),
+            step_as(Rule::Token, f.acquire("c3:1", "wait", now)),
+            Step::Messages,
+            cmd(&["LRANGE", &f.queue, "0", "-1"]),
         ],
     ));
 
