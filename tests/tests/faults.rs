@@ -36,6 +36,7 @@ mod faults {
     mod election_cut_faults;
     mod election_overlap;
     mod failures;
+    mod fair_kill;
     mod fault_proxy;
     mod lanes;
     mod multi_cut_faults;
