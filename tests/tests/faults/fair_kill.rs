@@ -526,24 +526,44 @@ async fn a_killed_head_waiter_is_dropped_when_its_mark_lapses_and_redissons_next
 /// Allowance of the short-allowance test (ms), on every client.
 const SHORT_ALLOWANCE_MS: u64 = 1_500;
 
-/// A Redisson waiter joins at the head, then stops (no more calls); behind
-/// it `next_java` Redisson's live waiter then ours, or ours then
-/// Redisson's. The holder releases before the dead head's deadline.
-async fn a_dead_redisson_head(java_next: bool) {
+/// What waits around the dead Redisson head in [`a_dead_redisson_head`].
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Around {
+    /// Behind it: ours (W), then Redisson's (J).
+    OursNext,
+    /// Behind it: Redisson's (J), then ours (W).
+    JavaNext,
+    /// Ahead of it a live waiter of ours (X), served first; behind it
+    /// Redisson's (J), then ours (W). X's grant moves everyone up by one
+    /// allowance, so the time J was told at its last call (until the dead
+    /// head's deadline as it was) runs out one allowance late: exactly at
+    /// J's own new deadline.
+    OursAheadJavaNext,
+}
+
+/// A Redisson waiter joins, then stops (no more calls) and so dies at the
+/// queue's head; the others wait around it as `around` says. The holder
+/// (the test's client) releases well before the dead head's deadline.
+async fn a_dead_redisson_head(around: Around) {
     let server = support::server();
     let url = server.url();
-    let name = if java_next {
-        "fair:dead-java-head:then-java"
-    } else {
-        "fair:dead-java-head:then-ours"
-    };
+    let name = format!("fair:dead-java-head:{around:?}");
+    let name = name.as_str();
     let conn = raw(&server).await;
     let mut seen = FairInside::new(&server, name).await;
-    let mut w = Kid::spawn(&url, name, "W", SHORT_ALLOWANCE_MS, HOLD.as_millis() as u64);
+    let hold_ms = HOLD.as_millis() as u64;
+    let mut w = Kid::spawn(&url, name, "W", SHORT_ALLOWANCE_MS, hold_ms);
+    let mut x = (around == Around::OursAheadJavaNext)
+        .then(|| Kid::spawn(&url, name, "X", SHORT_ALLOWANCE_MS, hold_ms));
     let holder = client(&url, SHORT_ALLOWANCE_MS);
     let lock = holder.fair_lock(name).expect("lock");
     let held = lock.acquire().await.expect("held");
     assert!(seen.enter("H").await.0);
+    if let Some(x) = &mut x {
+        x.go();
+        joined(&conn, name, 1, &x.id).await;
+    }
+    let ahead = usize::from(x.is_some());
     let mut dead = RedissonFairLock::new(
         raw(&server).await,
         &url,
@@ -551,7 +571,7 @@ async fn a_dead_redisson_head(java_next: bool) {
         SHORT_ALLOWANCE_MS as i64,
     );
     assert!(dead.attempt("java-dead:1", JAVA_LEASE_MS).await.is_some());
-    let deadline = dead.deadline("java-dead:1").await.expect("queued");
+    joined(&conn, name, ahead + 1, "java-dead:1").await;
     let java = |seen: &FairInside, conn| {
         java_waiter(
             &server,
@@ -564,56 +584,72 @@ async fn a_dead_redisson_head(java_next: bool) {
             Duration::from_secs(20),
         )
     };
-    let j = if java_next {
-        let j = java(&seen, raw(&server).await);
-        joined(&conn, name, 2, "java-j:1").await;
+    let j = if around == Around::OursNext {
         w.go();
-        joined(&conn, name, 3, &w.id).await;
+        joined(&conn, name, ahead + 2, &w.id).await;
+        let j = java(&seen, raw(&server).await);
+        joined(&conn, name, ahead + 3, "java-j:1").await;
         j
     } else {
-        w.go();
-        joined(&conn, name, 2, &w.id).await;
         let j = java(&seen, raw(&server).await);
-        joined(&conn, name, 3, "java-j:1").await;
+        joined(&conn, name, ahead + 2, "java-j:1").await;
+        w.go();
+        joined(&conn, name, ahead + 3, &w.id).await;
         j
     };
     let queued = fair_state(&conn, name).await;
+    let first_deadline = queued.deadlines["java-dead:1"];
     assert!(
-        now_ms() + 500 < deadline,
-        "everyone queued well before the dead head's deadline: {queued:?}, deadline {deadline}"
+        now_ms() + 500 < first_deadline,
+        "everyone queued well before the dead head's deadline: {queued:?}"
     );
-    // the holder leaves before the dead head's deadline: the release tells
-    // the dead head, which never hears it
+    // the holder leaves well before the dead head's deadline: the release
+    // tells the dead head (or X, which is served and leaves in turn), and
+    // the dead head never hears it
     tokio::time::sleep(Duration::from_millis(200)).await;
     seen.leave("H").await;
     held.release().await.expect("release");
     let freed_ms = now_ms();
+    let x_in = match &mut x {
+        Some(x) => Some(x.granted(Duration::from_secs(5)).await.1),
+        None => None,
+    };
+    // the dead head's deadline now (X's grant took one allowance off)
+    let deadline = fair_state(&conn, name).await.deadlines["java-dead:1"];
+    assert_eq!(
+        deadline,
+        first_deadline - (ahead as i64) * SHORT_ALLOWANCE_MS as i64,
+        "a grant moves the waiters left up by one allowance"
+    );
     let (_, w_in) = w.granted(Duration::from_secs(20)).await;
     let j_in = within(Duration::from_secs(20), "J", j)
         .await
         .expect("J panicked");
     w.finishes(Duration::from_secs(5)).await;
+    if let Some(x) = &mut x {
+        x.finishes(Duration::from_secs(5)).await;
+    }
     let end = drained(&conn, name).await;
     let order = seen.order().await;
     let (violations, what) = seen.violations().await;
     let next_in = w_in.min(j_in);
     eprintln!(
-        "fair dead Redisson head ({} next, allowance {SHORT_ALLOWANCE_MS} ms): freed {} ms before the dead head's deadline; next grant {} ms after that deadline; W in at {:+} ms, J at {:+} ms of it; order {order:?}; end {end:?}",
-        if java_next { "Redisson's" } else { "ours" },
+        "fair dead Redisson head ({around:?}, allowance {SHORT_ALLOWANCE_MS} ms): freed {} ms before the dead head's deadline{}; next grant {} ms after that deadline; W in at {:+} ms, J at {:+} ms of it; order {order:?}; end {end:?}",
         deadline - freed_ms,
+        x_in.map(|x| format!(" (X in {} ms after the release)", x - freed_ms)).unwrap_or_default(),
         next_in - deadline,
         w_in - deadline,
         j_in - deadline,
     );
     assert_eq!(violations, 0, "two inside: {what:?}");
-    let expected = if java_next {
-        ["H", "J", "W"]
-    } else {
-        ["H", "W", "J"]
+    let expected: &[&str] = match around {
+        Around::OursNext => &["H", "W", "J"],
+        Around::JavaNext => &["H", "J", "W"],
+        Around::OursAheadJavaNext => &["H", "X", "J", "W"],
     };
     assert_eq!(order, expected, "arrival order among the live");
     // Redisson's rule: the dead head keeps its turn until its deadline;
-    // then the next one gets in at once (a few ms, a re-check at most)
+    // then the next one gets in soon (a few ms, a re-check at most)
     assert!(next_in >= deadline - 5, "in before the dead head's deadline");
     assert!(
         next_in - deadline <= 1_100,
@@ -624,10 +660,18 @@ async fn a_dead_redisson_head(java_next: bool) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_redisson_head_is_passed_at_its_deadline_by_ours_next() {
-    a_dead_redisson_head(false).await;
+    a_dead_redisson_head(Around::OursNext).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_dead_redisson_head_is_passed_at_its_deadline_by_redissons_next() {
-    a_dead_redisson_head(true).await;
+    a_dead_redisson_head(Around::JavaNext).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_redisson_head_behind_a_grant_is_passed_by_redissons_next_before_its_own_deadline() {
+    // without the free lock waking its head, J sleeps through its own
+    // deadline (the time it was told is one allowance stale), is dropped
+    // as dead by its own call and goes to the end, behind W
+    a_dead_redisson_head(Around::OursAheadJavaNext).await;
 }
