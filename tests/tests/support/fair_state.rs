@@ -83,16 +83,19 @@ impl FairState {
     }
 }
 
+/// The replies of [`fair_state`]'s four reads.
+type RawFairState = (
+    Vec<(String, String)>,
+    Vec<String>,
+    Vec<(String, f64)>,
+    Vec<(String, f64)>,
+);
+
 /// The state of the fair lock `name`, read with raw commands on `conn`
 /// (one `MULTI`/`EXEC`, so the four reads agree).
 pub async fn fair_state(conn: &redis::aio::MultiplexedConnection, name: &str) -> FairState {
     let mut conn = conn.clone();
-    let (holders, queue, deadlines, marks): (
-        Vec<(String, String)>,
-        Vec<String>,
-        Vec<(String, f64)>,
-        Vec<(String, f64)>,
-    ) = redis::pipe()
+    let (holders, queue, deadlines, marks): RawFairState = redis::pipe()
         .atomic()
         .cmd("HGETALL")
         .arg(name)
