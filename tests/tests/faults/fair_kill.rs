@@ -335,6 +335,24 @@ async fn the_observer_catches_two_inside_and_keeps_the_order() {
     assert_eq!(what, vec!["y entered with x".to_string()]);
     assert_eq!(seen.order().await, ["x", "y", "z"]);
     assert_eq!(seen.inside().await, ["z"]);
+    // and the raw read of the lock's keys, on a planted orphan
+    let conn = raw(&server).await;
+    assert!(fair_state(&conn, "planted").await.is_empty());
+    let mut c = conn.clone();
+    let _: () = support::cmd(
+        &mut c,
+        &["RPUSH", "redisson_lock_queue:{planted}", "gone:1"],
+    )
+    .await;
+    let _: () = support::cmd(
+        &mut c,
+        &["ZADD", "lockcore_fair_alive:{planted}", "1", "gone:1"],
+    )
+    .await;
+    let planted = fair_state(&conn, "planted").await;
+    assert!(!planted.is_empty(), "{planted:?}");
+    assert_eq!(planted.of("gone:"), ["gone:1"]);
+    assert_eq!(planted.marks.get("gone:1"), Some(&1));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
