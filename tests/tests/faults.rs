@@ -17,6 +17,19 @@
 //! by polls) give every permit back; `sem_line`, places in the line that
 //! outlive their acquisitions (ignored: they fail on lock-core as it is).
 //!
+//! The fair lock: `fair_kill`, child processes killed (SIGKILL) holding it
+//! or waiting at the queue's head, and a Redisson waiter that stops at the
+//! head, beside waiters of other processes and of Redisson's protocol:
+//! never two inside, the live served in arrival order, the next one in
+//! after one lease (a dead holder), a lapsed liveness mark (~3 s, a dead
+//! waiter of ours) or the dead head's deadline (Redisson's), the queue
+//! empty at the end; `fair_faults`, waiters of three clients and two
+//! Redisson waiters while replies are lost or late, connections cut and
+//! proxies black holed: never two inside, every waiter served within its
+//! bound, Redisson's never dropped while alive, nothing left in Redis at
+//! the end, and a waiter cut off past the cancellation's retry window
+//! leaving at most one lease of orphan hold.
+//!
 //! Elections: `election_cut_faults`, the fenced write and the campaign's
 //! record write cut at every byte; `election_overlap`, three processes
 //! campaigning while the leader is killed, partitioned, paused and Redis
@@ -36,6 +49,8 @@ mod faults {
     mod election_cut_faults;
     mod election_overlap;
     mod failures;
+    mod fair_faults;
+    mod fair_kill;
     mod fault_proxy;
     mod lanes;
     mod multi_cut_faults;

@@ -7,6 +7,7 @@
 
 pub mod cut;
 pub mod election;
+pub mod fair_state;
 pub mod layer;
 pub mod redisson_fair;
 pub mod redisson_rw;
