@@ -17,6 +17,13 @@
 //! by polls) give every permit back; `sem_line`, places in the line that
 //! outlive their acquisitions (ignored: they fail on lock-core as it is).
 //!
+//! The fair lock: `fair_cut_faults`, its four scripts cut at every byte
+//! (each offset once, FIN and RST alternating): a release frees once and
+//! its head gets in, a waiter giving up leaves the queue, its deadline and
+//! its liveness mark, a join or a head's grant leaves no stale entry and
+//! no hold without a guard, a free lock wakes its unaware head, a
+//! force-unlock deletes at most once.
+//!
 //! Elections: `election_cut_faults`, the fenced write and the campaign's
 //! record write cut at every byte; `election_overlap`, three processes
 //! campaigning while the leader is killed, partitioned, paused and Redis
@@ -36,6 +43,7 @@ mod faults {
     mod election_cut_faults;
     mod election_overlap;
     mod failures;
+    mod fair_cut_faults;
     mod fault_proxy;
     mod lanes;
     mod multi_cut_faults;
