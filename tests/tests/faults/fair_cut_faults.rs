@@ -27,6 +27,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use futures_util::future::join_all;
 use lock_core::{Error, LockClient, LockContext, LockGuard};
 use lock_tests::{CommandMatch, Fault, FaultHandle, FaultProxy, RedisServer};
 use redis::aio::MultiplexedConnection;
@@ -123,11 +124,16 @@ fn fair_client(url: String, watchdog: Duration, timeouts: Duration) -> LockClien
         .unwrap_or_else(|e| panic!("client: {e}"))
 }
 
+/// How many offsets of a sweep run at once, each on its own client
+/// through the proxy and its own lock name (a cut closes only the
+/// connection of the command it aims at, which only that client uses).
+const LANES: usize = 3;
+
 struct Rig {
     server: RedisServer,
     proxy: FaultProxy,
-    /// Through the proxy: the client under test.
-    client: LockClient,
+    /// Through the proxy: the clients under test, one per lane.
+    lanes: Vec<LockClient>,
     /// Straight to the server: other processes.
     other: LockClient,
     third: LockClient,
@@ -135,15 +141,24 @@ struct Rig {
     conn: MultiplexedConnection,
 }
 
+/// When this file's first test began: each test prints the file's
+/// runtime so far when it ends (the last line printed is the file's).
+static FILE_STARTED: std::sync::OnceLock<Instant> = std::sync::OnceLock::new();
+
 async fn rig() -> Rig {
+    FILE_STARTED.get_or_init(Instant::now);
     steady_owner_width();
     let server = support::server();
     let proxy = FaultProxy::start(server.addr()).unwrap_or_else(|e| panic!("proxy: {e}"));
-    let client = fair_client(
-        proxy.url(),
-        Duration::from_secs(10),
-        Duration::from_millis(500),
-    );
+    let lanes = (0..LANES)
+        .map(|_| {
+            fair_client(
+                proxy.url(),
+                Duration::from_secs(10),
+                Duration::from_millis(500),
+            )
+        })
+        .collect();
     let other = fair_client(
         server.url(),
         Duration::from_secs(30),
@@ -158,7 +173,7 @@ async fn rig() -> Rig {
     Rig {
         server,
         proxy,
-        client,
+        lanes,
         other,
         third,
         conn,
@@ -401,7 +416,7 @@ enum Side {
 /// Offsets `4k, 4k+1` get our waiter, `4k+2, 4k+3` Redisson's: both
 /// kinds meet both FIN and RST.
 fn side(i: usize) -> Side {
-    if (i / 2) % 2 == 0 {
+    if (i / 2).is_multiple_of(2) {
         Side::Ours
     } else {
         Side::Redisson
@@ -525,57 +540,78 @@ struct Summary {
 
 /// Runs `step` twice unfaulted (the first loads every script, the second
 /// measures the command and its reply), then once per offset of
-/// [`alternating`]; prints the offsets, the outcomes, the longest of each
-/// figure and the time taken.
-async fn sweep<F, Fut>(what: &str, step: F) -> Summary
+/// [`alternating`], [`LANES`] at a time; prints the offsets, the outcomes,
+/// the longest of each figure and the time taken.
+async fn sweep<F, Fut>(r: &Rig, what: &str, step: F) -> Summary
 where
-    F: Fn(usize, String, Option<Fault>) -> Fut,
+    F: Fn(usize, usize, String, Option<Fault>) -> Fut,
     Fut: Future<Output = Outcome>,
 {
     let started = Instant::now();
-    step(0, format!("{what}: probe 0"), None).await;
-    let probe = step(1, format!("{what}: probe 1"), None).await;
+    step(0, 0, format!("{what}: probe 0"), None).await;
+    let probe = step(0, 1, format!("{what}: probe 1"), None).await;
     let command_len = probe.handle.command_len().expect("the command's length");
     let reply_len = probe.handle.reply_len().expect("the reply's length");
-    let cases = alternating(command_len, reply_len);
+    let cases: Vec<(usize, String, Fault)> = alternating(command_len, reply_len)
+        .into_iter()
+        .enumerate()
+        .map(|(i, (label, fault))| (i + 2, format!("{what}: {label}"), fault))
+        .collect();
     let n = cases.len();
+    let swept = Instant::now();
+    let lanes = (0..r.lanes.len()).map(|l| {
+        let (cases, step) = (&cases, &step);
+        async move {
+            let mut outs = Vec::new();
+            for (i, label, fault) in cases.iter().skip(l).step_by(LANES) {
+                let reply_cut = matches!(fault, Fault::CutReply { .. });
+                let out = step(l, *i, label.clone(), Some(fault.clone())).await;
+                assert_eq!(
+                    out.handle.command_len(),
+                    Some(command_len),
+                    "{label}: the command's layout changed"
+                );
+                if reply_cut {
+                    assert_eq!(
+                        out.handle.reply_len(),
+                        Some(reply_len),
+                        "{label}: the reply's layout changed"
+                    );
+                }
+                outs.push(out);
+            }
+            outs
+        }
+    });
     let mut kinds: BTreeMap<String, usize> = BTreeMap::new();
     let mut longest: BTreeMap<&'static str, Duration> = BTreeMap::new();
-    let swept = Instant::now();
-    for (i, (label, fault)) in cases.into_iter().enumerate() {
-        let label = format!("{what}: {label}");
-        let reply_cut = matches!(fault, Fault::CutReply { .. });
-        let out = step(i + 2, label.clone(), Some(fault)).await;
-        assert_eq!(
-            out.handle.command_len(),
-            Some(command_len),
-            "{label}: the command's layout changed"
-        );
-        if reply_cut {
-            assert_eq!(
-                out.handle.reply_len(),
-                Some(reply_len),
-                "{label}: the reply's layout changed"
-            );
-        }
+    for out in join_all(lanes).await.into_iter().flatten() {
         *kinds.entry(out.kind).or_default() += 1;
         for (figure, took) in out.figures {
             let max = longest.entry(figure).or_default();
             *max = (*max).max(took);
         }
     }
-    let per = swept.elapsed() / n as u32;
     eprintln!(
-        "{what}: {n} offsets (command {command_len} B + reply {reply_len} B, every byte once, FIN at even offsets, RST at odd): {kinds:?}; longest {longest:?}; {:?} ({per:?} an offset)",
-        started.elapsed()
+        "{what}: {n} offsets (command {command_len} B + reply {reply_len} B, every byte once, FIN at even offsets, RST at odd; {LANES} at a time): {kinds:?}; longest {longest:?}; {:?} (sweep {:?}); fair_cut_faults running for {:?}",
+        started.elapsed(),
+        swept.elapsed(),
+        FILE_STARTED.get().map(Instant::elapsed).unwrap_or_default()
     );
     Summary { kinds }
 }
 
 /// The holder's `fair_release.lua` cut, with a waiter at the queue's head.
-async fn release_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) -> Outcome {
+async fn release_step(
+    r: &Rig,
+    lane: usize,
+    i: usize,
+    label: String,
+    fault: Option<Fault>,
+) -> Outcome {
+    let lane = &r.lanes[lane];
     let name = format!("fcut-rel-{i:05}");
-    let lock = r.client.fair_lock(&name).expect("name");
+    let lock = lane.fair_lock(&name).expect("name");
     let guard = setup_acquire(&lock).await;
     let holder = guard.owner_id().to_string();
     let side = side(i);
@@ -613,12 +649,22 @@ async fn release_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) ->
     let seen = watch.finish().await;
     release_granted(r, &name, granted).await;
     let orphans = seen.check(&label, &[&holder, &owner]);
-    assert!(orphans.is_empty(), "{label}: holds without a guard {orphans:?}");
+    assert!(
+        orphans.is_empty(),
+        "{label}: holds without a guard {orphans:?}"
+    );
     assert!(
         seen.before(&holder, &owner),
         "{label}: freed once, then the head's: {seen:?}"
     );
-    settles(&r.conn, &name, &label, Duration::from_secs(1), FairState::is_clean).await;
+    settles(
+        &r.conn,
+        &name,
+        &label,
+        Duration::from_secs(1),
+        FairState::is_clean,
+    )
+    .await;
     let result = match result {
         Ok(()) => "released",
         Err(e) => {
@@ -639,16 +685,26 @@ async fn release_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_release_cut_at_every_byte_frees_once_and_the_head_gets_in() {
     let r = rig().await;
-    let s = sweep("fair release", |i, label, fault| {
-        release_step(&r, i, label, fault)
+    let s = sweep(&r, "fair release", |lane, i, label, fault| {
+        release_step(&r, lane, i, label, fault)
     })
     .await;
-    assert!(s.kinds.keys().any(|k| k.contains("Ours")) && s.kinds.keys().any(|k| k.contains("Redisson")));
+    assert!(
+        s.kinds.keys().any(|k| k.contains("Ours"))
+            && s.kinds.keys().any(|k| k.contains("Redisson"))
+    );
 }
 
 /// A waiter giving up (its bound passes while another client holds): its
 /// `fair_cancel.lua` cut.
-async fn cancel_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) -> Outcome {
+async fn cancel_step(
+    r: &Rig,
+    lane: usize,
+    i: usize,
+    label: String,
+    fault: Option<Fault>,
+) -> Outcome {
+    let lane = &r.lanes[lane];
     let name = format!("fcut-can-{i:05}");
     let held = r
         .other
@@ -659,8 +715,8 @@ async fn cancel_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) -> 
         .expect("the holder");
     let holder = held.owner_id().to_string();
     let handle = arm(&r.proxy, calls(fair_cancel_sha(), &name), fault);
-    let bound = Duration::from_millis(30);
-    let lock = r.client.fair_lock(&name).expect("name");
+    let bound = Duration::from_millis(20);
+    let lock = lane.fair_lock(&name).expect("name");
     let started = Instant::now();
     let waiter = tokio::spawn(async move { lock.acquire_timeout(bound).await });
     // the waiter's owner id, seen queued
@@ -670,7 +726,7 @@ async fn cancel_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) -> 
         assert!(s.held_by(&holder), "{label}: {s:?}");
         if let Some(first) = s.queue.first() {
             assert!(
-                first.starts_with(r.client.client_id()) && s.queue.len() == 1,
+                first.starts_with(lane.client_id()) && s.queue.len() == 1,
                 "{label}: {s:?}"
             );
             queued = Some(first.clone());
@@ -692,9 +748,20 @@ async fn cancel_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) -> 
     // out of the queue, the deadlines and the marks (bounded: a
     // cancellation left to the background, or at worst the mark's lapse)
     let (s, left) = settles(&r.conn, &name, &label, LAPSE_BOUND, FairState::nobody_waits).await;
-    assert!(s.held_by(&holder), "{label}: the holder's hold untouched: {s:?}");
+    assert!(
+        s.held_by(&holder),
+        "{label}: the holder's hold untouched: {s:?}"
+    );
     // nobody wedged: a later waiter gets the lock at the holder's release
-    let later = spawn_waiter(r, side(i), &r.third, &name, i, Duration::from_secs(5), false);
+    let later = spawn_waiter(
+        r,
+        side(i),
+        &r.third,
+        &name,
+        i,
+        Duration::from_secs(5),
+        false,
+    );
     queue_reaches(r, &name, 1, &label).await;
     let released = Instant::now();
     held.release().await.expect("the holder's release");
@@ -707,7 +774,14 @@ async fn cancel_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) -> 
         "{label}: the later waiter got in after {to_later:?}"
     );
     release_granted(r, &name, granted).await;
-    settles(&r.conn, &name, &label, Duration::from_secs(1), FairState::is_clean).await;
+    settles(
+        &r.conn,
+        &name,
+        &label,
+        Duration::from_secs(1),
+        FairState::is_clean,
+    )
+    .await;
     Outcome {
         handle,
         kind: if queued.is_some() {
@@ -726,8 +800,8 @@ async fn cancel_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) -> 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_waiter_giving_up_cut_at_every_byte_leaves_the_queue_deadlines_and_marks() {
     let r = rig().await;
-    let s = sweep("fair cancel (giving up)", |i, label, fault| {
-        cancel_step(&r, i, label, fault)
+    let s = sweep(&r, "fair cancel (giving up)", |lane, i, label, fault| {
+        cancel_step(&r, lane, i, label, fault)
     })
     .await;
     assert!(s.kinds.contains_key("queued, gave up, left"));
@@ -735,7 +809,8 @@ async fn a_fair_waiter_giving_up_cut_at_every_byte_leaves_the_queue_deadlines_an
 
 /// A waiter's first `fair_acquire.lua` ('wait': it joins the queue behind
 /// another client's hold) cut.
-async fn join_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) -> Outcome {
+async fn join_step(r: &Rig, lane: usize, i: usize, label: String, fault: Option<Fault>) -> Outcome {
+    let lane = &r.lanes[lane];
     let name = format!("fcut-join-{i:05}");
     let held = r
         .other
@@ -747,7 +822,7 @@ async fn join_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) -> Ou
     let holder = held.owner_id().to_string();
     let watch = Watch::start(&r.conn, &name).await;
     let handle = arm(&r.proxy, acquires(&name, "wait"), fault);
-    let lock = r.client.fair_lock(&name).expect("name");
+    let lock = lane.fair_lock(&name).expect("name");
     let waiter = tokio::spawn(async move {
         let out = lock.acquire_timeout(Duration::from_secs(4)).await;
         (out, Instant::now())
@@ -757,11 +832,10 @@ async fn join_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) -> Ou
         "{label}: the fault fired"
     );
     // the waiter queued under a live owner id (again), or failed
-    let client_id = r.client.client_id().to_string();
+    let client_id = lane.client_id().to_string();
     let (s, _) = settles(&r.conn, &name, &label, Duration::from_secs(2), |s| {
         waiter.is_finished()
-            || s
-                .queue
+            || s.queue
                 .iter()
                 .any(|o| o.starts_with(&client_id) && s.alive.contains(o))
     })
@@ -798,7 +872,10 @@ async fn join_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) -> Ou
             let g = within(
                 HEAD_BOUND + Duration::from_secs(1),
                 &label,
-                r.third.fair_lock(&name).expect("name").acquire_timeout(HEAD_BOUND),
+                r.third
+                    .fair_lock(&name)
+                    .expect("name")
+                    .acquire_timeout(HEAD_BOUND),
             )
             .await
             .unwrap_or_else(|e| panic!("{label}: the next client: {e:?}"));
@@ -822,8 +899,18 @@ async fn join_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) -> Ou
     let seen = watch.finish().await;
     let guarded: Vec<&str> = guarded.iter().map(String::as_str).collect();
     let orphans = seen.check(&label, &guarded);
-    assert!(orphans.is_empty(), "{label}: holds without a guard {orphans:?}");
-    settles(&r.conn, &name, &label, Duration::from_secs(1), FairState::is_clean).await;
+    assert!(
+        orphans.is_empty(),
+        "{label}: holds without a guard {orphans:?}"
+    );
+    settles(
+        &r.conn,
+        &name,
+        &label,
+        Duration::from_secs(1),
+        FairState::is_clean,
+    )
+    .await;
     Outcome {
         handle,
         kind: kind.into(),
@@ -834,13 +921,23 @@ async fn join_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) -> Ou
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_join_cut_at_every_byte_leaves_no_stale_entry_and_no_orphan_hold() {
     let r = rig().await;
-    let s = sweep("fair join", |i, label, fault| join_step(&r, i, label, fault)).await;
+    let s = sweep(&r, "fair join", |lane, i, label, fault| {
+        join_step(&r, lane, i, label, fault)
+    })
+    .await;
     assert!(s.kinds.contains_key("joined, got in"));
 }
 
 /// The queue's head's `fair_acquire.lua` that gets the grant (the holder
 /// released; another waiter behind it) cut.
-async fn grant_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) -> Outcome {
+async fn grant_step(
+    r: &Rig,
+    lane: usize,
+    i: usize,
+    label: String,
+    fault: Option<Fault>,
+) -> Outcome {
+    let lane = &r.lanes[lane];
     let cut = fault.clone();
     let name = format!("fcut-head-{i:05}");
     let held = r
@@ -857,7 +954,7 @@ async fn grant_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) -> O
         r.proxy.observe_next(acquires(&name, "wait")),
         r.proxy.observe_next(acquires(&name, "wait")),
     ];
-    let head = spawn_waiter(r, Side::Ours, &r.client, &name, i, Duration::from_secs(5), true);
+    let head = spawn_waiter(r, Side::Ours, lane, &name, i, Duration::from_secs(5), true);
     for seen in &joins {
         assert!(
             seen.wait_fired(Duration::from_secs(2)),
@@ -865,7 +962,7 @@ async fn grant_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) -> O
         );
     }
     let first = queue_reaches(r, &name, 1, &label).await.queue[0].clone();
-    assert!(first.starts_with(r.client.client_id()), "{label}: {first}");
+    assert!(first.starts_with(lane.client_id()), "{label}: {first}");
     let side = side(i);
     let next = spawn_waiter(r, side, &r.third, &name, i, Duration::from_secs(5), true);
     let queued = queue_reaches(r, &name, 2, &label).await;
@@ -909,7 +1006,14 @@ async fn grant_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) -> O
         orphans.iter().all(|(o, _)| *o == first && !kept),
         "{label}: a hold without a guard other than the head's undone grant: {orphans:?}"
     );
-    settles(&r.conn, &name, &label, Duration::from_secs(1), FairState::is_clean).await;
+    settles(
+        &r.conn,
+        &name,
+        &label,
+        Duration::from_secs(1),
+        FairState::is_clean,
+    )
+    .await;
     let (kind, mut figures) = match (kept, applied(&fault, &handle)) {
         (true, _) => ("the head kept its grant".to_string(), vec![]),
         (false, true) => (
@@ -935,19 +1039,23 @@ async fn grant_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) -> O
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_heads_grant_cut_at_every_byte_is_kept_with_a_guard_or_undone() {
     let r = rig().await;
-    let s = sweep("fair head grant", |i, label, fault| {
-        grant_step(&r, i, label, fault)
+    let s = sweep(&r, "fair head grant", |lane, i, label, fault| {
+        grant_step(&r, lane, i, label, fault)
     })
     .await;
     assert!(s.kinds.contains_key("the head kept its grant"));
-    assert!(s.kinds.keys().any(|k| k.starts_with("the head's grant undone")));
+    assert!(s
+        .kinds
+        .keys()
+        .any(|k| k.starts_with("the head's grant undone")));
 }
 
 /// A waiter's first `fair_acquire.lua` cut while the lock is free and a
 /// Redisson head, unaware (its holder's lease ran out: no message), sleeps
 /// for seconds: the head is told (by that attempt, or by the cancellation
 /// of it) and gets in within [`HEAD_BOUND`]; the waiter after it.
-async fn wake_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) -> Outcome {
+async fn wake_step(r: &Rig, lane: usize, i: usize, label: String, fault: Option<Fault>) -> Outcome {
+    let lane = &r.lanes[lane];
     let name = format!("fcut-wake-{i:05}");
     let mut conn = r.conn.clone();
     let _: () = cmd(&mut conn, &["HSET", &name, "ghost:0", "1"]).await;
@@ -967,7 +1075,7 @@ async fn wake_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) -> Ou
     let watch = Watch::start(&r.conn, &name).await;
     let handle = arm(&r.proxy, acquires(&name, "wait"), fault.clone());
     let started = Instant::now();
-    let waiter = spawn_waiter(r, Side::Ours, &r.client, &name, i, Duration::from_secs(5), true);
+    let waiter = spawn_waiter(r, Side::Ours, lane, &name, i, Duration::from_secs(5), true);
     assert!(
         handle.wait_fired(Duration::from_secs(2)),
         "{label}: the fault fired"
@@ -986,8 +1094,18 @@ async fn wake_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) -> Ou
     assert!(head.at < waiter.at, "{label}: the head first");
     let seen = watch.finish().await;
     let orphans = seen.check(&label, &[&head.owner, &waiter.owner]);
-    assert!(orphans.is_empty(), "{label}: holds without a guard {orphans:?}");
-    settles(&r.conn, &name, &label, Duration::from_secs(1), FairState::is_clean).await;
+    assert!(
+        orphans.is_empty(),
+        "{label}: holds without a guard {orphans:?}"
+    );
+    settles(
+        &r.conn,
+        &name,
+        &label,
+        Duration::from_secs(1),
+        FairState::is_clean,
+    )
+    .await;
     Outcome {
         kind: if applied(&fault, &handle) {
             "attempt applied (it told the head)".into()
@@ -1002,8 +1120,8 @@ async fn wake_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) -> Ou
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_free_lock_wakes_its_unaware_head_through_a_cut_attempt() {
     let r = rig().await;
-    let s = sweep("fair free-lock wake", |i, label, fault| {
-        wake_step(&r, i, label, fault)
+    let s = sweep(&r, "fair free-lock wake", |lane, i, label, fault| {
+        wake_step(&r, lane, i, label, fault)
     })
     .await;
     assert_eq!(s.kinds.len(), 2, "both paths: {:?}", s.kinds);
@@ -1012,7 +1130,14 @@ async fn a_free_lock_wakes_its_unaware_head_through_a_cut_attempt() {
 /// `force_unlock` of a held fair lock with a waiter queued, its
 /// `fair_force_unlock.lua` cut: applied once or not at all (never to the
 /// next holder's hold), and the waiter gets in.
-async fn force_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) -> Outcome {
+async fn force_step(
+    r: &Rig,
+    lane: usize,
+    i: usize,
+    label: String,
+    fault: Option<Fault>,
+) -> Outcome {
+    let lane = &r.lanes[lane];
     let name = format!("fcut-force-{i:05}");
     let held = r
         .other
@@ -1031,7 +1156,7 @@ async fn force_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) -> O
     let result = within(
         Duration::from_secs(5),
         &label,
-        r.client.fair_lock(&name).expect("name").force_unlock(),
+        lane.fair_lock(&name).expect("name").force_unlock(),
     )
     .await;
     assert!(
@@ -1068,7 +1193,10 @@ async fn force_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) -> O
         // the holder's guard ends after the force-unlock: it must not
         // touch the next holder's hold
         let late = held.release().await;
-        assert!(late.is_err(), "{label}: the deleted hold released: {late:?}");
+        assert!(
+            late.is_err(),
+            "{label}: the deleted hold released: {late:?}"
+        );
     }
     tokio::time::sleep(Duration::from_millis(10)).await;
     let now = fair_state(&r.conn, &name, &label).await;
@@ -1080,8 +1208,18 @@ async fn force_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) -> O
     let seen = watch.finish().await;
     release_granted(r, &name, granted).await;
     let orphans = seen.check(&label, &[&holder, &owner]);
-    assert!(orphans.is_empty(), "{label}: holds without a guard {orphans:?}");
-    settles(&r.conn, &name, &label, Duration::from_secs(1), FairState::is_clean).await;
+    assert!(
+        orphans.is_empty(),
+        "{label}: holds without a guard {orphans:?}"
+    );
+    settles(
+        &r.conn,
+        &name,
+        &label,
+        Duration::from_secs(1),
+        FairState::is_clean,
+    )
+    .await;
     let result = match (&result, applied) {
         (Ok(_), _) => "deleted, answered",
         (Err(_), true) => "deleted, answer lost",
@@ -1097,10 +1235,13 @@ async fn force_step(r: &Rig, i: usize, label: String, fault: Option<Fault>) -> O
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fair_force_unlock_cut_at_every_byte_deletes_at_most_once_and_wakes_the_head() {
     let r = rig().await;
-    let s = sweep("fair force unlock", |i, label, fault| {
-        force_step(&r, i, label, fault)
+    let s = sweep(&r, "fair force unlock", |lane, i, label, fault| {
+        force_step(&r, lane, i, label, fault)
     })
     .await;
-    assert!(s.kinds.keys().any(|k| k.starts_with("deleted, answer lost")));
+    assert!(s
+        .kinds
+        .keys()
+        .any(|k| k.starts_with("deleted, answer lost")));
     assert!(s.kinds.keys().any(|k| k.starts_with("not applied")));
 }

@@ -86,7 +86,7 @@ pub async fn setup_acquire(lock: &lock_core::Lock) -> lock_core::LockGuard {
 /// cut, at half the cases of [`faults`].
 pub fn alternating(command_len: usize, reply_len: usize) -> Vec<(String, Fault)> {
     let how = |after: usize| {
-        if after % 2 == 0 {
+        if after.is_multiple_of(2) {
             CutKind::Fin
         } else {
             CutKind::Rst
