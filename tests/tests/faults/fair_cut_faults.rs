@@ -1110,7 +1110,7 @@ async fn wake_step(r: &Rig, lane: usize, i: usize, label: String, fault: Option<
         kind: if applied(&fault, &handle) {
             "attempt applied (it told the head)".into()
         } else {
-            "attempt not applied (its cancellation told the head)".into()
+            "attempt not applied (its cancellation or retry told the head)".into()
         },
         handle,
         figures: vec![("the head in", woken)],
