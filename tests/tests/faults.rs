@@ -28,7 +28,12 @@
 //! proxies black holed: never two inside, every waiter served within its
 //! bound, Redisson's never dropped while alive, nothing left in Redis at
 //! the end, and a waiter cut off past the cancellation's retry window
-//! leaving at most one lease of orphan hold.
+//! leaving at most one lease of orphan hold; `fair_cut_faults`, its four scripts cut at every byte
+//! (each offset once, FIN and RST alternating): a release frees once and
+//! its head gets in, a waiter giving up leaves the queue, its deadline and
+//! its liveness mark, a join or a head's grant leaves no stale entry and
+//! no hold without a guard, a free lock wakes its unaware head, a
+//! force-unlock deletes at most once.
 //!
 //! Elections: `election_cut_faults`, the fenced write and the campaign's
 //! record write cut at every byte; `election_overlap`, three processes
@@ -49,6 +54,7 @@ mod faults {
     mod election_cut_faults;
     mod election_overlap;
     mod failures;
+    mod fair_cut_faults;
     mod fair_faults;
     mod fair_kill;
     mod fault_proxy;

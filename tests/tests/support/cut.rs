@@ -80,3 +80,32 @@ pub async fn setup_acquire(lock: &lock_core::Lock) -> lock_core::LockGuard {
     }
     panic!("set-up acquire kept failing")
 }
+
+/// Every offset of the command and of its reply, each cut once: FIN at
+/// even offsets, RST at odd ones (`(label, fault)`). Every byte is still
+/// cut, at half the cases of [`faults`].
+pub fn alternating(command_len: usize, reply_len: usize) -> Vec<(String, Fault)> {
+    let how = |after: usize| {
+        if after.is_multiple_of(2) {
+            CutKind::Fin
+        } else {
+            CutKind::Rst
+        }
+    };
+    let mut out = Vec::new();
+    for after in 0..=command_len {
+        let how = how(after);
+        out.push((
+            format!("command cut after {after}/{command_len} bytes ({how:?})"),
+            Fault::CutCommand { after, how },
+        ));
+    }
+    for after in 0..=reply_len {
+        let how = how(after);
+        out.push((
+            format!("reply cut after {after}/{reply_len} bytes ({how:?})"),
+            Fault::CutReply { after, how },
+        ));
+    }
+    out
+}
