@@ -306,6 +306,7 @@ fn run_workloads(
                     "W1".into(),
                     rt.block_on(refs::l_min(ctx, refs::Shape::Pool)),
                 ),
+                (report::R_MIN, "W1".into(), rt.block_on(refs::r_min(ctx))),
                 ("L-serial", "W2".into(), rt.block_on(refs::l_serial(ctx))),
             ],
             Workload::W1 => [w1::Lease::Watchdog, w1::Lease::Fixed]

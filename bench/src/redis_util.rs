@@ -88,6 +88,45 @@ pub(crate) async fn command_calls(servers: &mut [Conn]) -> BenchResult<HashMap<S
     Ok(total)
 }
 
+/// Whether a command (as `INFO commandstats` names it) runs a script or
+/// manages scripts: EVAL, EVALSHA, FCALL (and their `_RO` forms), SCRIPT.
+/// A script cannot run any of them (Redis refuses them inside scripts), so
+/// every call of these came from a client: one command on the wire each.
+/// The commands a script runs are counted under their own names
+/// (`INFO commandstats` and `total_commands_processed` of Redis 7 both
+/// count them).
+pub(crate) fn is_script_call(name: &str) -> bool {
+    [
+        "eval",
+        "evalsha",
+        "eval_ro",
+        "evalsha_ro",
+        "fcall",
+        "fcall_ro",
+    ]
+    .contains(&name)
+        || name.starts_with("script|")
+        || name == "script"
+}
+
+/// The commands clients sent, out of an `INFO commandstats` delta
+/// (`after - before`, per command): every script call ([`is_script_call`])
+/// plus the commands named in `direct` — the plain commands the measured
+/// loop sends itself, which none of its scripts run (L-min's `set`,
+/// raw-INCRBY's `incrby`). Every other command in the delta ran inside a
+/// script, or is one of the benchmark's own INFO calls, and is not counted.
+pub(crate) fn client_calls(
+    before: &HashMap<String, u64>,
+    after: &HashMap<String, u64>,
+    direct: &[&str],
+) -> u64 {
+    after
+        .iter()
+        .filter(|(name, _)| is_script_call(name) || direct.contains(&name.as_str()))
+        .map(|(name, &n)| n.saturating_sub(before.get(name).copied().unwrap_or(0)))
+        .sum()
+}
+
 /// Counters of `INFO stats`, summed over the servers.
 pub(crate) async fn stats(servers: &mut [Conn]) -> BenchResult<HashMap<String, u64>> {
     let mut total: HashMap<String, u64> = HashMap::new();
@@ -134,7 +173,39 @@ pub(crate) async fn delete_run_keys(conn: &mut Conn, prefix: &str) -> BenchResul
     Ok(deleted)
 }
 
-fn escape_glob(s: &str) -> String {
+/// Deletes every key of this server that matches the glob `pattern`, one
+/// UNLINK per key (pipelined per SCAN page, so that keys of different
+/// cluster slots may be deleted on a cluster node); how many.
+pub(crate) async fn delete_matching(conn: &mut Conn, pattern: &str) -> BenchResult<u64> {
+    let mut cursor: u64 = 0;
+    let mut deleted = 0;
+    for _ in 0..MAX_SCAN_ROUNDS {
+        let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
+            .arg(cursor)
+            .arg("MATCH")
+            .arg(pattern)
+            .arg("COUNT")
+            .arg(1000)
+            .query_async(conn)
+            .await?;
+        if !keys.is_empty() {
+            let mut pipe = redis::pipe();
+            for key in &keys {
+                pipe.cmd("UNLINK").arg(key);
+            }
+            let counts: Vec<u64> = pipe.query_async(conn).await?;
+            deleted += counts.iter().sum::<u64>();
+        }
+        if next == 0 {
+            break;
+        }
+        cursor = next;
+    }
+    Ok(deleted)
+}
+
+/// `s` with the glob characters of SCAN's MATCH escaped.
+pub(crate) fn escape_glob(s: &str) -> String {
     let mut out = String::with_capacity(s.len());
     for c in s.chars() {
         if matches!(c, '*' | '?' | '[' | ']' | '\\') {
@@ -161,6 +232,26 @@ mod tests {
         let counters: HashMap<String, u64> = [("total_reads_processed".to_owned(), 7)].into();
         assert_eq!(stat(&counters, "total_reads_processed"), 7);
         assert_eq!(stat(&counters, "missing"), 0);
+    }
+
+    #[test]
+    fn client_calls_are_script_calls_and_the_direct_commands() {
+        let before: HashMap<String, u64> =
+            [("evalsha".to_owned(), 10), ("set".to_owned(), 5)].into();
+        let after: HashMap<String, u64> = [
+            ("evalsha".to_owned(), 30),
+            ("set".to_owned(), 25),
+            ("get".to_owned(), 20),
+            ("info".to_owned(), 4),
+            ("script|load".to_owned(), 1),
+        ]
+        .into();
+        // set ran inside the scripts: not a call of this loop
+        assert_eq!(client_calls(&before, &after, &[]), 21);
+        // set sent by the loop itself
+        assert_eq!(client_calls(&before, &after, &["set"]), 41);
+        assert!(is_script_call("evalsha_ro") && is_script_call("script|flush"));
+        assert!(!is_script_call("publish"));
     }
 
     #[test]

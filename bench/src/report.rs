@@ -8,10 +8,10 @@ use serde_json::json;
 use crate::stats::ByProcess;
 
 /// The fields every JSON line carries: the issue's list, in its order, with
-/// the per-process fairness figures of W3 and W3NP and the client CPU per
-/// cycle of W1 and the L-min references before the notes.
+/// the per-process fairness figures of W3 and W3NP, and the client CPU,
+/// server CPU and calls per cycle of the uncontended lines before the notes.
 #[cfg(test)]
-pub(crate) const FIELDS: [&str; 18] = [
+pub(crate) const FIELDS: [&str; 19] = [
     "lib",
     "workload",
     "cycles_per_s",
@@ -29,6 +29,7 @@ pub(crate) const FIELDS: [&str; 18] = [
     "cross_process_pct",
     "client_cpu_us_per_cycle",
     "server_cpu_us_per_cycle",
+    "calls_per_cycle",
     "notes",
 ];
 
@@ -36,9 +37,15 @@ pub(crate) const FIELDS: [&str; 18] = [
 pub(crate) const L_MIN_MUX: &str = "L-min-mux";
 /// The L-min reference over lock-core's pool shape (`--ref-conns`).
 pub(crate) const L_MIN_POOL: &str = "L-min-pool";
+/// Redisson's own RLock protocol (lock script, unlock script) over one
+/// multiplexed connection shared by all tasks.
+pub(crate) const R_MIN: &str = "R-min";
 /// W1's target: at least this share of the faster L-min reference (issue
 /// 15: W1 >= 0.8 x L-min over one multiplexed connection).
 pub(crate) const W1_TARGET: f64 = 0.8;
+/// W1's target against R-min (issue 28: W1 >= 1.5 x R-min, the floor of a
+/// Redisson-compatible lock that sends one script per operation).
+pub(crate) const W1_R_MIN_TARGET: f64 = 1.5;
 
 /// "No process starved" in W3NP and W3F: every process got at least this share of
 /// the measured sections, in percent (the fairness suite's bound).
@@ -123,6 +130,11 @@ pub(crate) struct Measurement {
     /// W1 and the L-min references: the server's CPU (INFO cpu, user +
     /// system) over the window divided by the measured cycles, µs.
     pub(crate) server_cpu_us_per_cycle: Option<f64>,
+    /// The uncontended lines: the calls the client sent the server over
+    /// the window (INFO commandstats: script calls, and the plain commands
+    /// the loop sends itself; not the commands run inside scripts) divided
+    /// by the measured cycles.
+    pub(crate) calls_per_cycle: Option<f64>,
     pub(crate) notes: String,
     /// Figures for the summary that have no JSON field of their own.
     pub(crate) extra: Extra,
@@ -194,6 +206,7 @@ impl Measurement {
             "cross_process_pct": round(p.and_then(|p| p.cross_pct), 2),
             "client_cpu_us_per_cycle": round(self.client_cpu_us_per_cycle, 3),
             "server_cpu_us_per_cycle": round(self.server_cpu_us_per_cycle, 3),
+            "calls_per_cycle": round(self.calls_per_cycle, 3),
             "notes": self.notes,
         })
         .to_string()
@@ -210,6 +223,11 @@ impl Measurement {
 
 fn find<'a>(all: &'a [Measurement], lib: &str, workload: &str) -> Option<&'a Measurement> {
     all.iter().find(|m| m.lib == lib && m.workload == workload)
+}
+
+/// Calls per cycle as the summary prints them.
+fn calls_text(v: Option<f64>) -> String {
+    v.map_or("-".into(), |c| format!("{c:.2}"))
 }
 
 fn verdict(ok: bool) -> &'static str {
@@ -459,9 +477,10 @@ fn s1_summary(all: &[Measurement], line: &mut impl FnMut(String)) {
             "S1  {lib} {permits:>9.0} permits/s, {what}, acquire 1 + release on a semaphore of its own  {vs_ref}{vs_w1}  (no target)"
         ));
         line(format!(
-            "      per permit: client CPU {}, server CPU {}; cycle latency p50 {}, p99 {}",
+            "      per permit: client CPU {}, server CPU {}, calls {}; cycle latency p50 {}, p99 {}",
             cpu(m.client_cpu_us_per_cycle),
             cpu(m.server_cpu_us_per_cycle),
+            calls_text(m.calls_per_cycle),
             cpu(m.p50_us),
             cpu(m.p99_us)
         ));
@@ -489,9 +508,11 @@ fn f1_summary(all: &[Measurement], line: &mut impl FnMut(String)) {
         "F1  lock-core-fenced {writes:>9.0} writes/s, fenced INCRBY under a held lock  {vs_raw}  (no target)"
     ));
     line(format!(
-        "      per write: client CPU {}, server CPU {}; latency p50 {}, p99 {}",
+        "      per write: client CPU {}, server CPU {}, calls {} (raw-INCRBY: {}); latency p50 {}, p99 {}",
         us(m.client_cpu_us_per_cycle),
         us(m.server_cpu_us_per_cycle),
+        calls_text(m.calls_per_cycle),
+        calls_text(find(all, "raw-INCRBY", "F1").and_then(|r| r.calls_per_cycle)),
         us(m.p50_us),
         us(m.p99_us)
     ));
@@ -518,19 +539,22 @@ fn rl_summary(all: &[Measurement], line: &mut impl FnMut(String)) {
     line(format!(
         "RL  lock-core-redlock3 {rate:>9.0} cycles/s, Redlock over 3 servers, acquire + release  {vs_w1}  (no target)"
     ));
+    let us2 = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.2} us"));
     line(format!(
-        "      cycle latency p50 {}, p99 {} (W1: p50 {}, p99 {}); client CPU {} per cycle",
+        "      cycle latency p50 {}, p99 {} (W1: p50 {}, p99 {}); per cycle: client CPU {}, server CPU {} and calls {} (server figures summed over the three servers)",
         us(m.p50_us),
         us(m.p99_us),
         us(w1.and_then(|w| w.p50_us)),
         us(w1.and_then(|w| w.p99_us)),
-        m.client_cpu_us_per_cycle
-            .map_or("-".into(), |v| format!("{v:.2} us"))
+        us2(m.client_cpu_us_per_cycle),
+        us2(m.server_cpu_us_per_cycle),
+        calls_text(m.calls_per_cycle)
     ));
 }
 
-/// The W1 lines: W1 against both L-min references, the ratio to the faster
-/// one against the target, and the client CPU per cycle of all three.
+/// The W1 lines: W1 against both L-min references and R-min, the ratio to
+/// the faster L-min against its target and the ratio to R-min against its
+/// own, and the client CPU, server CPU and calls per cycle of each.
 fn w1_summary(all: &[Measurement], line: &mut impl FnMut(String)) {
     let rate = |lib: &str| {
         find(all, lib, "W1")
@@ -542,12 +566,17 @@ fn w1_summary(all: &[Measurement], line: &mut impl FnMut(String)) {
         .filter_map(|lib| Some((lib, rate(lib)?)))
         .collect();
     let faster = refs.iter().copied().max_by(|a, b| a.1.total_cmp(&b.1));
-    match (
-        find(all, "lock-core", "W1").and_then(|m| m.cycles_per_s),
-        faster,
-    ) {
+    let r_min = rate(R_MIN);
+    // R-min is shown beside the L-min references, never judged as one.
+    let shown: Vec<(&str, f64)> = refs
+        .iter()
+        .copied()
+        .chain(r_min.map(|r| (R_MIN, r)))
+        .collect();
+    let w1 = find(all, "lock-core", "W1").and_then(|m| m.cycles_per_s);
+    match (w1, faster) {
         (Some(w1), Some((best, best_rate))) => {
-            let each: Vec<String> = refs
+            let each: Vec<String> = shown
                 .iter()
                 .map(|(lib, r)| format!("{lib} {r:>9.0}  ratio {:.3}", w1 / r))
                 .collect();
@@ -564,14 +593,21 @@ fn w1_summary(all: &[Measurement], line: &mut impl FnMut(String)) {
         (Some(w1), None) => line(format!(
             "W1  lock-core {w1:>9.0} cycles/s  (no L-min in this run: run REF too)"
         )),
-        (None, Some(_)) => {
-            let each: Vec<String> = refs
+        (None, _) if !shown.is_empty() => {
+            let each: Vec<String> = shown
                 .iter()
                 .map(|(lib, r)| format!("{lib} {r:>9.0} cycles/s"))
                 .collect();
             line(format!("REF {}  (no W1 in this run)", each.join("  ")));
         }
-        (None, None) => {}
+        (None, _) => {}
+    }
+    if let (Some(w1), Some(r)) = (w1, r_min) {
+        let ratio = w1 / r;
+        line(format!(
+            "      W1 / R-min (Redisson's RLock protocol, one script per operation, one multiplexed connection) {ratio:.3}  (target >= {W1_R_MIN_TARGET}: {})",
+            verdict(ratio >= W1_R_MIN_TARGET)
+        ));
     }
     if let Some(fixed) = find(all, "lock-core-fixed", "W1").and_then(|m| m.cycles_per_s) {
         let vs = match faster {
@@ -582,27 +618,34 @@ fn w1_summary(all: &[Measurement], line: &mut impl FnMut(String)) {
             "    lock-core with a fixed 10 s lease {fixed:>9.0} cycles/s{vs}"
         ));
     }
-    let libs = ["lock-core", "lock-core-fixed", L_MIN_MUX, L_MIN_POOL];
-    let per_cycle = |field: fn(&Measurement) -> Option<f64>| -> Vec<String> {
+    let libs = ["lock-core", "lock-core-fixed", L_MIN_MUX, L_MIN_POOL, R_MIN];
+    let per_cycle = |field: fn(&Measurement) -> Option<f64>, unit: &str| -> Vec<String> {
         libs.into_iter()
             .filter_map(|lib| {
-                let us = field(find(all, lib, "W1")?)?;
-                Some(format!("{lib} {us:.2} us"))
+                let v = field(find(all, lib, "W1")?)?;
+                Some(format!("{lib} {v:.2}{unit}"))
             })
             .collect()
     };
-    let cpu = per_cycle(|m| m.client_cpu_us_per_cycle);
+    let cpu = per_cycle(|m| m.client_cpu_us_per_cycle, " us");
     if !cpu.is_empty() {
         line(format!(
             "      client CPU per uncontended cycle: {}  (getrusage user+sys of this process over the window / measured cycles)",
             cpu.join(", ")
         ));
     }
-    let server = per_cycle(|m| m.server_cpu_us_per_cycle);
+    let server = per_cycle(|m| m.server_cpu_us_per_cycle, " us");
     if !server.is_empty() {
         line(format!(
             "      server CPU per uncontended cycle: {}  (INFO cpu user+sys of redis-server over the window / measured cycles)",
             server.join(", ")
+        ));
+    }
+    let calls = per_cycle(|m| m.calls_per_cycle, "");
+    if !calls.is_empty() {
+        line(format!(
+            "      calls per uncontended cycle: {}  (commands the client sent, counted by redis-server over the window: INFO commandstats script calls + the loop's own plain commands, not those run inside scripts / measured cycles)",
+            calls.join(", ")
         ));
     }
 }
@@ -915,9 +958,110 @@ mod tests {
 
         let s = summary(&[w1("lock-core", 36_000.0, 23.0)], "test");
         assert!(s.contains("(no L-min in this run: run REF too)"), "{s}");
+        assert!(!s.contains("R-min"), "no R-min line without R-min: {s}");
         let s = summary(&[w1(L_MIN_MUX, 30_000.0, 6.5)], "test");
         assert!(
             s.contains("REF L-min-mux     30000 cycles/s  (no W1 in this run)"),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn w1_is_set_against_r_min_with_its_own_target_and_every_line_shows_its_calls() {
+        let w1 = |lib: &str, rate: f64, calls: f64| Measurement {
+            lib: lib.into(),
+            workload: "W1".into(),
+            cycles_per_s: Some(rate),
+            server_cpu_us_per_cycle: Some(10.0),
+            calls_per_cycle: Some(calls),
+            ..Default::default()
+        };
+        let all = vec![
+            w1(L_MIN_MUX, 100_000.0, 2.0),
+            w1(L_MIN_POOL, 40_000.0, 2.0),
+            w1(R_MIN, 30_000.0, 2.0),
+            w1("lock-core", 42_000.0, 2.125),
+        ];
+        let s = summary(&all, "test");
+        assert!(
+            s.contains("W1  lock-core     42000 cycles/s  L-min-mux    100000  ratio 0.420  L-min-pool     40000  ratio 1.050  R-min     30000  ratio 1.400"),
+            "{s}"
+        );
+        // R-min is never the faster reference: the L-min target line stays
+        assert!(
+            s.contains("      W1 / faster reference (L-min-mux) 0.420  (target >= 0.8 x L-min over one multiplexed connection, judged against the faster reference: MISSED)"),
+            "{s}"
+        );
+        assert!(
+            s.contains("      W1 / R-min (Redisson's RLock protocol, one script per operation, one multiplexed connection) 1.400  (target >= 1.5: MISSED)"),
+            "{s}"
+        );
+        assert!(
+            s.contains("server CPU per uncontended cycle: lock-core 10.00 us, L-min-mux 10.00 us, L-min-pool 10.00 us, R-min 10.00 us"),
+            "{s}"
+        );
+        assert!(
+            s.contains("      calls per uncontended cycle: lock-core 2.12, L-min-mux 2.00, L-min-pool 2.00, R-min 2.00  (commands the client sent"),
+            "{s}"
+        );
+        let (server, calls) = (
+            s.find("server CPU per uncontended"),
+            s.find("calls per uncontended"),
+        );
+        assert!(
+            server.is_some() && server < calls,
+            "calls right after server CPU: {s}"
+        );
+
+        let all = vec![
+            w1(L_MIN_MUX, 20_000.0, 2.0),
+            w1(R_MIN, 20_000.0, 2.0),
+            w1("lock-core", 30_000.0, 2.0),
+        ];
+        let s = summary(&all, "test");
+        assert!(s.contains(") 1.500  (target >= 1.5: met)"), "{s}");
+        assert!(
+            s.contains("judged against the faster reference: met)"),
+            "{s}"
+        );
+
+        let s = summary(
+            &[w1(L_MIN_MUX, 30_000.0, 2.0), w1(R_MIN, 20_000.0, 2.0)],
+            "test",
+        );
+        assert!(
+            s.contains(
+                "REF L-min-mux     30000 cycles/s  R-min     20000 cycles/s  (no W1 in this run)"
+            ),
+            "{s}"
+        );
+        assert!(!s.contains("W1 / R-min"), "{s}");
+    }
+
+    #[test]
+    fn f1_and_rl_lines_show_server_cpu_and_calls() {
+        let line = |lib: &str, workload: &str, rate: f64, calls: f64| Measurement {
+            lib: lib.into(),
+            workload: workload.into(),
+            cycles_per_s: Some(rate),
+            client_cpu_us_per_cycle: Some(20.0),
+            server_cpu_us_per_cycle: Some(15.0),
+            calls_per_cycle: Some(calls),
+            ..Default::default()
+        };
+        let all = vec![
+            line("lock-core", "W1", 30_000.0, 2.0),
+            line("raw-INCRBY", "F1", 80_000.0, 1.0),
+            line("lock-core-fenced", "F1", 40_000.0, 1.0),
+            line("lock-core-redlock3", "RL", 10_000.0, 6.0),
+        ];
+        let s = summary(&all, "test");
+        assert!(
+            s.contains("per write: client CPU 20.00 us, server CPU 15.00 us, calls 1.00 (raw-INCRBY: 1.00);"),
+            "{s}"
+        );
+        assert!(
+            s.contains("per cycle: client CPU 20.00 us, server CPU 15.00 us and calls 6.00 (server figures summed over the three servers)"),
             "{s}"
         );
     }
@@ -992,7 +1136,7 @@ mod tests {
         );
         assert!(
             s.contains(
-                "per permit: client CPU 30.00 us, server CPU -; cycle latency p50 800.00 us, p99 -"
+                "per permit: client CPU 30.00 us, server CPU -, calls -; cycle latency p50 800.00 us, p99 -"
             ),
             "{s}"
         );
@@ -1018,6 +1162,14 @@ mod tests {
             serde_json::from_str(&m.to_json()).unwrap_or_else(|e| panic!("{e}"));
         assert_eq!(v["client_cpu_us_per_cycle"], json!(7.123));
         assert_eq!(v["server_cpu_us_per_cycle"], json!(9.877));
+        assert!(v["calls_per_cycle"].is_null(), "null where not measured");
+        let m = Measurement {
+            calls_per_cycle: Some(2.00049),
+            ..m
+        };
+        let v: serde_json::Value =
+            serde_json::from_str(&m.to_json()).unwrap_or_else(|e| panic!("{e}"));
+        assert_eq!(v["calls_per_cycle"], json!(2.0));
     }
 
     #[test]

@@ -65,7 +65,8 @@ pub(crate) async fn raw(ctx: &Ctx) -> BenchResult<Measurement> {
     let tasks = ctx.opts.tasks;
     let conn = redis_util::connect(&ctx.url).await?;
     let window = ctx.window();
-    let cpu = ClientCpu::sample(&window, &ctx.servers);
+    // the loop's INCRBY is a call of its own (no script here)
+    let cpu = ClientCpu::sample(&window, &ctx.servers).sending(&["incrby"]);
     let mut set: JoinSet<TaskResult> = JoinSet::new();
     for i in 0..tasks {
         let conn = conn.clone();

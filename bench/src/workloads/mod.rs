@@ -12,6 +12,7 @@ pub(crate) mod w2;
 pub(crate) mod w3;
 pub(crate) mod wd;
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use lock_core::{AcquireOptions, Lock, LockClient};
@@ -20,7 +21,7 @@ use tokio::task::JoinHandle;
 use crate::args::Options;
 use crate::report::Measurement;
 use crate::stats::{cpu_ns, mono_ns, percentile, Window};
-use crate::BenchResult;
+use crate::{redis_util, BenchResult};
 
 /// Explicit lease of every non-watchdog acquisition (the 10 s).
 pub(crate) const LEASE: Duration = Duration::from_secs(10);
@@ -113,34 +114,50 @@ pub(crate) async fn lock_client(
 /// getrusage(RUSAGE_SELF) user + system time of every thread (the
 /// workload's tasks, redis-rs's connection drivers, lock-core's background
 /// tasks, tokio itself), read when the window opens and when it closes;
-/// and the server's CPU over the same window (`INFO cpu` of the server the
-/// run talks to, on a connection of its own). Aborted when dropped, so a
-/// workload that fails leaves no task behind.
+/// the server's CPU over the same window (`INFO cpu` of the server the
+/// run talks to, on a connection of its own); and the calls the clients
+/// sent the server over the same window (`INFO commandstats`, read right
+/// after `INFO cpu`: see [`redis_util::client_calls`]). Every server
+/// figure is summed over `servers`. Aborted when dropped, so a workload
+/// that fails leaves no task behind.
 #[derive(Debug)]
-pub(crate) struct ClientCpu(JoinHandle<BenchResult<CpuShares>>);
+pub(crate) struct ClientCpu {
+    sampler: JoinHandle<BenchResult<CpuShares>>,
+    /// The plain commands the measured loop sends itself (counted as
+    /// calls beside the script calls).
+    direct: &'static [&'static str],
+}
 
-/// CPU seconds per second over a window: this process's, the server's.
-#[derive(Clone, Copy, Debug, Default)]
+/// CPU seconds per second over a window: this process's, the server's;
+/// and the commands the server counted over it.
+#[derive(Debug, Default)]
 pub(crate) struct CpuShares {
     client: Option<f64>,
     server: Option<f64>,
+    /// `INFO commandstats` calls per command at both ends, and the
+    /// seconds between the two reads.
+    commands: Option<(HashMap<String, u64>, HashMap<String, u64>, f64)>,
 }
 
 impl ClientCpu {
     /// Starts sampling `window` (call before the workload's tasks start);
-    /// `servers`: the servers whose CPU is read too (summed).
+    /// `servers`: the servers whose CPU and commands are read too (summed).
     pub(crate) fn sample(window: &Window, servers: &[String]) -> Self {
         let (from, to) = (window.from, window.to);
         let servers = servers.to_vec();
         let until = |at: u64| Duration::from_nanos(at.saturating_sub(mono_ns()));
-        ClientCpu(tokio::spawn(async move {
-            let mut conns = crate::redis_util::connect_servers(&servers).await?;
+        let sampler = tokio::spawn(async move {
+            let mut conns = redis_util::connect_servers(&servers).await?;
             tokio::time::sleep(until(from)).await;
             let (cpu0, t0) = (cpu_ns(), mono_ns());
-            let server0 = crate::redis_util::server_cpu_s(&mut conns).await?;
+            let server0 = redis_util::server_cpu_s(&mut conns).await?;
+            let c0 = mono_ns();
+            let calls0 = redis_util::command_calls(&mut conns).await?;
             tokio::time::sleep(until(to)).await;
             let (cpu1, t1) = (cpu_ns(), mono_ns());
-            let server1 = crate::redis_util::server_cpu_s(&mut conns).await?;
+            let server1 = redis_util::server_cpu_s(&mut conns).await?;
+            let c1 = mono_ns();
+            let calls1 = redis_util::command_calls(&mut conns).await?;
             // Timers may fire a little late: divide by the time actually
             // sampled, not by the window's length.
             let secs = (t1 > t0).then(|| (t1 - t0) as f64);
@@ -150,32 +167,50 @@ impl ClientCpu {
                     _ => None,
                 },
                 server: secs.map(|ns| (server1 - server0).max(0.0) * 1e9 / ns),
+                commands: (c1 > c0).then(|| (calls0, calls1, (c1 - c0) as f64 / 1e9)),
             })
-        }))
+        });
+        ClientCpu {
+            sampler,
+            direct: &[],
+        }
+    }
+
+    /// The plain (non-script) commands the measured loop sends itself,
+    /// as `INFO commandstats` names them: counted as calls beside the
+    /// script calls. None of the loop's scripts may run them.
+    pub(crate) fn sending(mut self, direct: &'static [&'static str]) -> Self {
+        self.direct = direct;
+        self
     }
 
     /// Sets `m.client_cpu_us_per_cycle` and `m.server_cpu_us_per_cycle`:
     /// CPU seconds per second over the window divided by the measured
-    /// cycles per second, in µs per cycle.
+    /// cycles per second, in µs per cycle; and `m.calls_per_cycle`: the
+    /// clients' calls per second over the window (script calls and the
+    /// [`sending`](Self::sending) commands) divided by the same rate.
     pub(crate) async fn finish(mut self, m: &mut Measurement) -> BenchResult<()> {
-        let shares = (&mut self.0).await??;
-        let per_cycle = |share: Option<f64>| match (share, m.cycles_per_s) {
-            (Some(share), Some(rate)) if rate > 0.0 => Some(share * 1e6 / rate),
+        let shares = (&mut self.sampler).await??;
+        let per_cycle = |per_s: Option<f64>| match (per_s, m.cycles_per_s) {
+            (Some(v), Some(rate)) if rate > 0.0 => Some(v / rate),
             _ => None,
         };
-        m.client_cpu_us_per_cycle = per_cycle(shares.client);
-        m.server_cpu_us_per_cycle = per_cycle(shares.server);
+        m.client_cpu_us_per_cycle = per_cycle(shares.client.map(|s| s * 1e6));
+        m.server_cpu_us_per_cycle = per_cycle(shares.server.map(|s| s * 1e6));
+        m.calls_per_cycle = per_cycle(shares.commands.map(|(before, after, secs)| {
+            redis_util::client_calls(&before, &after, self.direct) as f64 / secs
+        }));
         Ok(())
     }
 }
 
 impl Drop for ClientCpu {
     fn drop(&mut self) {
-        self.0.abort();
+        self.sampler.abort();
     }
 }
 
-/// The figures of an uncontended loop (W1, S1, R1, L-min-mux, L-min-pool, L-serial): cycles/s and
+/// The figures of an uncontended loop (W1, S1, F1, RL, R1, L-min-mux, L-min-pool, R-min, L-serial): cycles/s and
 /// the percentiles of the cycle latency (acquire start → release end).
 pub(crate) fn uncontended(
     lib: &str,
@@ -229,6 +264,7 @@ pub(crate) fn contended(
         by_process: None,
         client_cpu_us_per_cycle: None,
         server_cpu_us_per_cycle: None,
+        calls_per_cycle: None,
         notes: format!(
             "{notes}; p50/p99/max = acquire wait; cycle latency p50 {} us, p99 {} us; lock-level cycle time 1/cycles_per_s {} us; measured cycles {}; hand-offs in counter (INCR) order; jumped the queue {} % of sections (the holder called acquire after a waiter that was served later)",
             fmt(cycle_p50),

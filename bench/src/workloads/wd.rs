@@ -235,22 +235,6 @@ async fn snapshot(servers: &mut [redis_util::Conn]) -> BenchResult<Snapshot> {
     })
 }
 
-/// Whether a command (as `INFO commandstats` names it) runs a script: one
-/// command on the wire, whose own calls Redis counts separately.
-fn is_script_call(name: &str) -> bool {
-    [
-        "eval",
-        "evalsha",
-        "eval_ro",
-        "evalsha_ro",
-        "fcall",
-        "fcall_ro",
-    ]
-    .contains(&name)
-        || name.starts_with("script|")
-        || name == "script"
-}
-
 /// One WD measurement with `count` locks.
 pub(crate) async fn run(ctx: &Ctx, count: usize) -> BenchResult<Measurement> {
     let watchdog = ctx.opts.wd_watchdog;
@@ -289,7 +273,7 @@ pub(crate) async fn run(ctx: &Ctx, count: usize) -> BenchResult<Measurement> {
     let commands: u64 = deltas.iter().map(|(_, d)| d).sum();
     let script_calls: u64 = deltas
         .iter()
-        .filter(|(name, _)| is_script_call(name))
+        .filter(|(name, _)| redis_util::is_script_call(name))
         .map(|(_, d)| d)
         .sum();
     let reads = after
@@ -356,10 +340,10 @@ mod tests {
     #[test]
     fn script_calls_are_told_from_commands_inside_them() {
         for name in ["evalsha", "eval", "script|load", "fcall"] {
-            assert!(is_script_call(name), "{name}");
+            assert!(redis_util::is_script_call(name), "{name}");
         }
         for name in ["hexists", "pexpire", "pttl", "exists", "info"] {
-            assert!(!is_script_call(name), "{name}");
+            assert!(!redis_util::is_script_call(name), "{name}");
         }
     }
 }
