@@ -1,8 +1,9 @@
 //! CI smoke test: runs the whole benchmark with `--smoke` against a private
 //! redis-server and checks the shape of its output and the invariants of
 //! the lock-core workloads (the read-write lock's R1 and M1, the
-//! semaphores' S1 and the fair lock's W2F and W3F included) and of LAYER
-//! (every HTTP answer 200). No timing is asserted.
+//! semaphores' S1 and the fair lock's W2F and W3F included), of the R-min
+//! reference (Redisson's protocol: every lock nil, every unlock 1) and of
+//! LAYER (every HTTP answer 200). No timing is asserted.
 
 use std::io::Read;
 use std::process::{Command, Stdio};
@@ -10,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-const FIELDS: [&str; 18] = [
+const FIELDS: [&str; 19] = [
     "lib",
     "workload",
     "cycles_per_s",
@@ -28,11 +29,26 @@ const FIELDS: [&str; 18] = [
     "cross_process_pct",
     "client_cpu_us_per_cycle",
     "server_cpu_us_per_cycle",
+    "calls_per_cycle",
     "notes",
 ];
 
-/// The W1 lines that report client CPU per cycle; null on every other line.
-const CPU_LINES: [&str; 4] = ["lock-core", "lock-core-fixed", "L-min-mux", "L-min-pool"];
+/// The W1 lines that report client CPU, server CPU and calls per cycle;
+/// null on every other line but S1, F1, RL and R1's.
+const CPU_LINES: [&str; 5] = [
+    "lock-core",
+    "lock-core-fixed",
+    "L-min-mux",
+    "L-min-pool",
+    "R-min",
+];
+
+/// The per-cycle figures of the uncontended lines.
+const PER_CYCLE: [&str; 3] = [
+    "client_cpu_us_per_cycle",
+    "server_cpu_us_per_cycle",
+    "calls_per_cycle",
+];
 
 /// The per-process fairness fields: numbers on W3, W3NP and W3F, null elsewhere.
 const PROCESS_FIELDS: [&str; 5] = [
@@ -127,10 +143,10 @@ fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
             || v["workload"] == "F1"
             || v["workload"] == "RL";
         if !cpu_line {
-            for f in ["client_cpu_us_per_cycle", "server_cpu_us_per_cycle"] {
+            for f in PER_CYCLE {
                 assert!(
                     obj[f].is_null(),
-                    "{f} only on W1, S1, F1, RL, R1 and the L-min references: {v}"
+                    "{f} only on W1, S1, F1, RL, R1 and the L-min and R-min references: {v}"
                 );
             }
         }
@@ -146,19 +162,22 @@ fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
         let v = find(lib, "W1");
         assert!(v["cycles_per_s"].as_f64().is_some_and(|r| r > 0.0), "{v}");
         assert!(v["p50_us"].is_number(), "{v}");
-        for f in ["client_cpu_us_per_cycle", "server_cpu_us_per_cycle"] {
+        for f in PER_CYCLE {
             assert!(v[f].as_f64().is_some_and(|c| c > 0.0), "{f}: {v}");
         }
     }
     assert_eq!(find("L-serial", "W2")["counter_ok"], true);
+    r_min_checks(find("R-min", "W1"), &err);
 
     // Fenced writes beside plain ones (each loop checks its counters).
     for lib in ["lock-core-fenced", "raw-INCRBY"] {
         let v = find(lib, "F1");
         assert!(v["cycles_per_s"].as_f64().is_some_and(|r| r > 0.0), "{v}");
-        for f in ["client_cpu_us_per_cycle", "server_cpu_us_per_cycle"] {
+        for f in PER_CYCLE {
             assert!(v[f].as_f64().is_some_and(|c| c > 0.0), "{f}: {v}");
         }
+        // one INCRBY, or one fenced-write script, per write
+        assert!(two_sided(&v["calls_per_cycle"], 1.0), "{v}");
     }
     assert!(
         err.contains("F1  lock-core-fenced") && err.contains("to raw-INCRBY"),
@@ -169,6 +188,9 @@ fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
     let v = find("lock-core-redlock3", "RL");
     assert!(v["cycles_per_s"].as_f64().is_some_and(|r| r > 0.0), "{v}");
     assert!(v["p99_us"].is_number(), "{v}");
+    for f in PER_CYCLE {
+        assert!(v[f].as_f64().is_some_and(|c| c > 0.0), "{f}: {v}");
+    }
     assert!(
         err.contains("RL  lock-core-redlock3") && err.contains("to W1 on one server"),
         "the summary must set RL against W1:\n{err}"
@@ -249,7 +271,7 @@ fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
     let r1 = find("lock-core", "R1");
     assert!(r1["cycles_per_s"].as_f64().is_some_and(|r| r > 0.0), "{r1}");
     assert!(r1["p50_us"].is_number() && r1["p99_us"].is_number(), "{r1}");
-    for f in ["client_cpu_us_per_cycle", "server_cpu_us_per_cycle"] {
+    for f in PER_CYCLE {
         assert!(r1[f].as_f64().is_some_and(|c| c > 0.0), "{f}: {r1}");
     }
     assert!(
@@ -283,7 +305,7 @@ fn smoke_run_prints_one_valid_line_per_measurement_and_keeps_the_invariants() {
         let v = find(lib, "S1");
         assert!(v["cycles_per_s"].as_f64().is_some_and(|r| r > 0.0), "{v}");
         assert!(v["p50_us"].is_number() && v["p99_us"].is_number(), "{v}");
-        for f in ["client_cpu_us_per_cycle", "server_cpu_us_per_cycle"] {
+        for f in PER_CYCLE {
             assert!(v[f].as_f64().is_some_and(|c| c > 0.0), "{f}: {v}");
         }
         assert!(
@@ -335,8 +357,14 @@ fn smoke_run_measures_l_min_over_one_connection_and_over_the_pool_shape() {
         .collect();
     assert_eq!(
         libs,
-        ["L-min-mux", "L-min-pool", "lock-core", "lock-core-fixed"],
-        "both references, then W1 with the watchdog lease and with a fixed lease:\n{out}"
+        [
+            "L-min-mux",
+            "L-min-pool",
+            "R-min",
+            "lock-core",
+            "lock-core-fixed"
+        ],
+        "the three references, then W1 with the watchdog lease and with a fixed lease:\n{out}"
     );
     let notes = |lib: &str| {
         lines
@@ -365,6 +393,10 @@ fn smoke_run_measures_l_min_over_one_connection_and_over_the_pool_shape() {
                 .is_some_and(|c| c > 0.0),
             "{v}"
         );
+        if lib.starts_with("L-min") {
+            // SET NX PX + the compare-and-delete EVALSHA
+            assert!(two_sided(&v["calls_per_cycle"], 2.0), "{v}");
+        }
     }
     assert!(
         err.contains("W1 / faster reference (L-min-") && err.contains("target >= 0.8 x L-min"),
@@ -377,6 +409,48 @@ fn smoke_run_measures_l_min_over_one_connection_and_over_the_pool_shape() {
     assert!(
         err.contains("server CPU per uncontended cycle: lock-core"),
         "the summary must show server CPU per cycle:\n{err}"
+    );
+    assert!(
+        err.contains("calls per uncontended cycle: lock-core"),
+        "the summary must show calls per cycle:\n{err}"
+    );
+    let r_min = lines
+        .iter()
+        .find(|v| v["lib"] == "R-min" && v["workload"] == "W1")
+        .unwrap_or_else(|| panic!("no R-min line:\n{out}"));
+    r_min_checks(r_min, &err);
+}
+
+/// `v` is a number within 25 % of `expected` (the window's edges cut a few
+/// cycles of 16 tasks; a smoke window still holds hundreds of cycles).
+fn two_sided(v: &Value, expected: f64) -> bool {
+    v.as_f64()
+        .is_some_and(|x| (expected * 0.75..=expected * 1.25).contains(&x))
+}
+
+/// The R-min line: Redisson's protocol, every lock nil and every unlock 1
+/// (violations 0; the workload fails otherwise), every lock gone and every
+/// task's last unlock latch at 1 on an independent connection (counter_ok),
+/// two EVALSHA per cycle as the server counted them; the summary sets W1
+/// against it with its own target.
+fn r_min_checks(v: &Value, err: &str) {
+    assert_eq!(v["violations"], 0, "{v}");
+    assert_eq!(v["counter_ok"], true, "{v}");
+    assert!(v["cycles_per_s"].as_f64().is_some_and(|r| r > 0.0), "{v}");
+    assert!(
+        two_sided(&v["calls_per_cycle"], 2.0),
+        "two calls per cycle: {v}"
+    );
+    let notes = v["notes"].as_str().unwrap_or_default();
+    assert!(
+        notes.contains("Redisson's RLock protocol") && notes.contains("ONE multiplexed connection"),
+        "{v}"
+    );
+    assert!(
+        err.contains("  R-min ")
+            && err.contains("W1 / R-min (")
+            && err.contains("(target >= 1.5: "),
+        "the summary must set W1 against R-min:\n{err}"
     );
 }
 
@@ -410,6 +484,13 @@ fn smoke_run_on_the_cluster_measures_w1_against_l_min_and_renews_per_slot() {
             "server CPU summed over the nodes: {v}"
         );
     }
+    let v = lib_line("R-min@cluster", "W1");
+    assert_eq!(v["violations"], 0, "{v}");
+    assert_eq!(v["counter_ok"], true, "{v}");
+    assert!(
+        two_sided(&v["calls_per_cycle"], 2.0),
+        "summed over the nodes: {v}"
+    );
     let wd = lib_line("lock-core@cluster", "WD");
     let notes = wd["notes"].as_str().unwrap_or_default();
     assert!(notes.contains("all_held=true"), "{wd}");

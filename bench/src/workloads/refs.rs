@@ -378,9 +378,10 @@ pub(crate) async fn r_min_cycle(
     })
 }
 
-/// Per-task outcome of the R-min loop: measured latencies, violations, the
-/// first violation's text, the request id of the last unlock that freed.
-type RTaskResult = BenchResult<(Vec<u64>, u64, Option<String>, Option<String>)>;
+/// Per-task outcome of the R-min loop: the task's number, measured
+/// latencies, violations, the first violation's text, the request id of
+/// the last unlock that freed.
+type RTaskResult = BenchResult<(usize, Vec<u64>, u64, Option<String>, Option<String>)>;
 
 /// The R-min reference on W1: Redisson's protocol over ONE multiplexed
 /// connection.
@@ -425,21 +426,22 @@ pub(crate) async fn r_min(ctx: &Ctx) -> BenchResult<Measurement> {
                     latencies.push(end - start);
                 }
             }
-            Ok((latencies, violations, first, last))
+            Ok((i, latencies, violations, first, last))
         });
     }
     let mut latencies = Vec::new();
     let mut violations = 0;
     let mut first = None;
-    let mut lasts = Vec::with_capacity(tasks);
+    // in task order (the tasks end in any order)
+    let mut lasts = vec![None; tasks];
     while let Some(joined) = set.join_next().await {
-        let (l, v, f, last) = joined??;
+        let (i, l, v, f, last) = joined??;
         latencies.extend(l);
         violations += v;
         if first.is_none() {
             first = f;
         }
-        lasts.push(last);
+        lasts[i] = last;
     }
     // The independent observer: a connection of its own reads every lock
     // gone and the last unlock latch of every task at 1.
