@@ -7,9 +7,11 @@
 # One JSON line per measurement on stdout; the summary with the ratios
 # against the targets on stderr. REF measures L-min twice in the same run:
 # over one multiplexed connection shared by all tasks (L-min-mux) and over
-# lock-core's pool shape (L-min-pool); W1's ratio is against the faster, and
-# W1 and both report client CPU per cycle. Installs redis-server first when
-# missing.
+# lock-core's pool shape (L-min-pool); W1's ratio is against the faster. REF
+# also measures R-min (Redisson's RLock protocol, lock + unlock script, over
+# one multiplexed connection): W1 is set against it too. The uncontended
+# lines report client CPU, server CPU and calls per cycle. Installs
+# redis-server first when missing.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -13,7 +13,7 @@ usage: lock-bench [options]
   --workloads LIST     comma-separated, any of REF,W1,S1,F1,RL,W2,W2F,R1,M1,W3,W3NP,W3F,WD,LAYER (default: all)
   --duration SECS      measured window per workload (default 5)
   --warmup SECS        warm-up before each window (default 1)
-  --tasks N            tasks of W1, S1, F1, W2, W2F, R1, M1, both L-min references, and LAYER's HTTP client tasks;
+  --tasks N            tasks of W1, S1, F1, W2, W2F, R1, M1, the L-min and R-min references, and LAYER's HTTP client tasks;
                        W3 and W3F split them over the processes (default 16)
   --processes N        W3, W3NP and W3F processes (default 4; W3, W3F: tasks per process =
                        tasks / processes; W3NP: one task per process)
@@ -33,8 +33,13 @@ usage: lock-bench [options]
 
 REF measures L-min twice: L-min-mux (all tasks on one multiplexed
 connection, redis-rs pipelining their commands) and L-min-pool (lock-core's
-pool shape). W1 (watchdog lease; lib lock-core-fixed: a fixed 10 s lease)
-is judged against the faster one (target >= 0.8). S1 (permits/s, each task
+pool shape); and R-min: Redisson's own RLock protocol as Redisson sends it
+(its lock script, then its unlock script with the unlock latch, each an
+EVALSHA: two round trips per cycle), all tasks on one multiplexed
+connection, each on a lock of its own; every lock must answer nil and every
+unlock 1, or the line fails. W1 (watchdog lease; lib lock-core-fixed: a
+fixed 10 s lease) is judged against the faster L-min (target >= 0.8) and
+against R-min (target >= 1.5). S1 (permits/s, each task
 acquire 1 + release on a semaphore of its own; lib lock-core-permit: the
 expirable kind with watchdog renewal, lock-core-sem: the plain kind) is set
 against the faster L-min and W1 of the same run (no target). F1 (fenced
@@ -54,17 +59,22 @@ served later).
 
 Output: one JSON line per measurement on stdout (lib = lock-core,
 lock-core-fixed, lock-core-read, lock-core-write (M1), lock-core-permit,
-lock-core-sem (S1), lock-core-fenced and raw-INCRBY (F1), lock-core-redlock3 (RL), L-min-mux, L-min-pool, L-serial, lock-tower, by-hand
-or bare; W1, S1, R1 and the L-min lines carry client_cpu_us_per_cycle: this process's
-getrusage user+sys CPU over the window / measured cycles, and
-server_cpu_us_per_cycle: the server's INFO cpu user+sys over the same
-window / measured cycles); a summary with the ratios against the targets
-on stderr.";
+lock-core-sem (S1), lock-core-fenced and raw-INCRBY (F1), lock-core-redlock3 (RL), L-min-mux, L-min-pool, R-min, L-serial, lock-tower, by-hand
+or bare; W1, S1, F1, RL, R1 and the L-min and R-min lines carry
+client_cpu_us_per_cycle: this process's getrusage user+sys CPU over the
+window / measured cycles; server_cpu_us_per_cycle: the server's INFO cpu
+user+sys over the same window / measured cycles; and calls_per_cycle: the
+commands the client sent, as the server counted them over the same window
+(INFO commandstats: EVAL/EVALSHA/FCALL/SCRIPT calls, plus the plain
+commands the loop sends itself: L-min's SET, raw-INCRBY's INCRBY; not the
+commands run inside scripts, which Redis 7 counts too, nor our own INFO) /
+measured cycles; RL's server figures are summed over its three servers); a
+summary with the ratios against the targets on stderr.";
 
 /// The workloads, in the order they run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Workload {
-    /// The reference loops: L-min-mux and L-min-pool (on W1), L-serial (on W2).
+    /// The reference loops: L-min-mux, L-min-pool and R-min (on W1), L-serial (on W2).
     Ref,
     /// Uncontended: one key per task.
     W1,

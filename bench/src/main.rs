@@ -3,7 +3,9 @@
 //! Starts a private redis-server (or uses `--url`), runs the workloads of
 //! issue 6 — the L-min references (L-min-mux over one multiplexed
 //! connection shared by all tasks, L-min-pool over lock-core's pool shape;
-//! see `workloads/refs.rs`) and L-serial, W1 (uncontended), S1 (permits
+//! see `workloads/refs.rs`), R-min (Redisson's own RLock protocol, lock
+//! script + unlock script, over one multiplexed connection) and L-serial,
+//! W1 (uncontended), S1 (permits
 //! uncontended: each task acquire 1 + release on a semaphore of its own,
 //! the expirable and the plain kind, set against L-min and W1), RL (W1's
 //! loop on a Redlock over three private redis-servers, set against W1), W2
@@ -20,11 +22,18 @@
 //! runs it with redis-server pinned to CPU 0 and the benchmark to CPU 1.
 //!
 //! W1's ratio is against the faster of the two L-min references (target:
-//! W1 >= 0.8 x L-min over one multiplexed connection, issue 15). W1 and
-//! both references also report `client_cpu_us_per_cycle`: the CPU time of
-//! this whole process (getrusage `RUSAGE_SELF`, user + system) over the
-//! measured window divided by the cycles counted in it, and
-//! `server_cpu_us_per_cycle`: the server's (`INFO cpu`) over the same window.
+//! W1 >= 0.8 x L-min over one multiplexed connection, issue 15), and
+//! against R-min (target: W1 >= 1.5 x R-min, issue 28). The uncontended
+//! lines (W1, S1, F1, RL, R1 and the L-min and R-min references) also
+//! report `client_cpu_us_per_cycle`: the CPU time of this whole process
+//! (getrusage `RUSAGE_SELF`, user + system) over the measured window
+//! divided by the cycles counted in it; `server_cpu_us_per_cycle`: the
+//! server's (`INFO cpu`) over the same window; and `calls_per_cycle`: the
+//! commands the client sent, as the server counted them over the same
+//! window (`INFO commandstats`: the script calls, EVAL/EVALSHA/FCALL/SCRIPT,
+//! which no script can make, plus the plain commands the loop sends itself;
+//! not the commands run inside scripts, which Redis 7 counts in
+//! `total_commands_processed` and `INFO commandstats` alike).
 //!
 //! ```text
 //! lock-bench [--url URL] [--workloads REF,W1,S1,F1,RL,W2,W2F,R1,M1,W3,W3NP,W3F,WD,LAYER] [--duration 5] [--warmup 1]

@@ -124,11 +124,12 @@ pub(crate) struct Measurement {
     pub(crate) counter_ok: Option<bool>,
     /// W3, W3NP: fairness between the processes (sections in INCR order).
     pub(crate) by_process: Option<ByProcess>,
-    /// W1 and the L-min references: this process's CPU time (getrusage
-    /// user + system) over the window divided by the measured cycles, µs.
+    /// The uncontended lines (W1, S1, F1, RL, R1, L-min, R-min): this
+    /// process's CPU time (getrusage user + system) over the window divided
+    /// by the measured cycles, µs.
     pub(crate) client_cpu_us_per_cycle: Option<f64>,
-    /// W1 and the L-min references: the server's CPU (INFO cpu, user +
-    /// system) over the window divided by the measured cycles, µs.
+    /// The uncontended lines: the server's CPU (INFO cpu, user + system)
+    /// over the window divided by the measured cycles, µs.
     pub(crate) server_cpu_us_per_cycle: Option<f64>,
     /// The uncontended lines: the calls the client sent the server over
     /// the window (INFO commandstats: script calls, and the plain commands

@@ -134,9 +134,16 @@ pub(crate) struct ClientCpu {
 pub(crate) struct CpuShares {
     client: Option<f64>,
     server: Option<f64>,
-    /// `INFO commandstats` calls per command at both ends, and the
-    /// seconds between the two reads.
-    commands: Option<(HashMap<String, u64>, HashMap<String, u64>, f64)>,
+    commands: Option<Commands>,
+}
+
+/// `INFO commandstats` calls per command at both ends of a window, and the
+/// seconds between the two reads.
+#[derive(Debug, Default)]
+struct Commands {
+    before: HashMap<String, u64>,
+    after: HashMap<String, u64>,
+    secs: f64,
 }
 
 impl ClientCpu {
@@ -167,7 +174,11 @@ impl ClientCpu {
                     _ => None,
                 },
                 server: secs.map(|ns| (server1 - server0).max(0.0) * 1e9 / ns),
-                commands: (c1 > c0).then(|| (calls0, calls1, (c1 - c0) as f64 / 1e9)),
+                commands: (c1 > c0).then(|| Commands {
+                    before: calls0,
+                    after: calls1,
+                    secs: (c1 - c0) as f64 / 1e9,
+                }),
             })
         });
         ClientCpu {
@@ -197,9 +208,10 @@ impl ClientCpu {
         };
         m.client_cpu_us_per_cycle = per_cycle(shares.client.map(|s| s * 1e6));
         m.server_cpu_us_per_cycle = per_cycle(shares.server.map(|s| s * 1e6));
-        m.calls_per_cycle = per_cycle(shares.commands.map(|(before, after, secs)| {
-            redis_util::client_calls(&before, &after, self.direct) as f64 / secs
-        }));
+        m.calls_per_cycle =
+            per_cycle(shares.commands.map(|c| {
+                redis_util::client_calls(&c.before, &c.after, self.direct) as f64 / c.secs
+            }));
         Ok(())
     }
 }

@@ -1,9 +1,10 @@
 //! W1, uncontended: task i loops acquire `w1:{i}` → release, with the
 //! watchdog lease (the default, and the target's subject: lib `lock-core`)
 //! or a fixed 10 s lease (lib `lock-core-fixed`). Figures: cycles/s,
-//! p50/p99 cycle latency, client CPU per cycle (see [`super::ClientCpu`]);
-//! the summary sets the rate against the faster L-min reference (L-min-mux
-//! or L-min-pool, see [`super::refs`]).
+//! p50/p99 cycle latency, client CPU, server CPU and calls per cycle (see
+//! [`super::ClientCpu`]); the summary sets the rate against the faster
+//! L-min reference (L-min-mux or L-min-pool, see [`super::refs`]) and
+//! against R-min (Redisson's protocol).
 
 use tokio::task::JoinSet;
 
