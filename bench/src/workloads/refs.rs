@@ -233,25 +233,25 @@ pub(crate) async fn l_serial(ctx: &Ctx) -> BenchResult<Measurement> {
 }
 
 /// Redisson's RLock acquire, as `RedissonLock.tryLockInnerAsync` sends it.
-/// KEYS[1] the lock's name; ARGV[1] the lease in ms, ARGV[2] the owner
+/// `KEYS[1]` the lock's name; `ARGV[1]` the lease in ms, `ARGV[2]` the owner
 /// `<client uuid>:<thread id>`. Taken (a free lock, or a re-entry of the
 /// owner's hold): the owner's count + 1, the lease renewed, nil. Held by
 /// another owner: the lock's PTTL.
 pub(crate) const REDISSON_LOCK: &str = r#"
-if (redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
-    redis.call('hincrby', KEYS[1], ARGV[2], 1)
-    redis.call('pexpire', KEYS[1], ARGV[1])
+if (redis.call('exists', `KEYS[1]`) == 0) or (redis.call('hexists', `KEYS[1]`, `ARGV[2]`) == 1) then
+    redis.call('hincrby', `KEYS[1]`, `ARGV[2]`, 1)
+    redis.call('pexpire', `KEYS[1]`, `ARGV[1]`)
     return nil
 end
-return redis.call('pttl', KEYS[1])
+return redis.call('pttl', `KEYS[1]`)
 "#;
 
 /// Redisson's RLock release, as `RedissonLock.unlockInnerAsync` of Redisson
-/// 3.2x sends it (with the unlock latch). KEYS[1] the lock's name, KEYS[2]
-/// the unlock channel `redisson_lock__channel:{<name>}`, KEYS[3] this
-/// unlock's latch `redisson_unlock_latch:{<name>}:<request id>`; ARGV[1]
-/// the unlock message (0), ARGV[2] the lease in ms, ARGV[3] the owner,
-/// ARGV[4] the publish command, ARGV[5] the latch's lifetime in ms. A
+/// 3.2x sends it (with the unlock latch). `KEYS[1]` the lock's name, `KEYS[2]`
+/// the unlock channel `redisson_lock__channel:{<name>}`, `KEYS[3]` this
+/// unlock's latch `redisson_unlock_latch:{<name>}:<request id>`; `ARGV[1]`
+/// the unlock message (0), `ARGV[2]` the lease in ms, `ARGV[3]` the owner,
+/// `ARGV[4]` the publish command, `ARGV[5]` the latch's lifetime in ms. A
 /// request applied already answers what it answered then (its latch); not
 /// the owner: nil; the owner's count - 1: 0 while counts remain (lease
 /// renewed), else the lock deleted, the unlock message published and 1.
