@@ -238,12 +238,12 @@ pub(crate) async fn l_serial(ctx: &Ctx) -> BenchResult<Measurement> {
 /// owner's hold): the owner's count + 1, the lease renewed, nil. Held by
 /// another owner: the lock's PTTL.
 pub(crate) const REDISSON_LOCK: &str = r#"
-if (redis.call('exists', `KEYS[1]`) == 0) or (redis.call('hexists', `KEYS[1]`, `ARGV[2]`) == 1) then
-    redis.call('hincrby', `KEYS[1]`, `ARGV[2]`, 1)
-    redis.call('pexpire', `KEYS[1]`, `ARGV[1]`)
+if (redis.call('exists', KEYS[1]) == 0) or (redis.call('hexists', KEYS[1], ARGV[2]) == 1) then
+    redis.call('hincrby', KEYS[1], ARGV[2], 1)
+    redis.call('pexpire', KEYS[1], ARGV[1])
     return nil
 end
-return redis.call('pttl', `KEYS[1]`)
+return redis.call('pttl', KEYS[1])
 "#;
 
 /// Redisson's RLock release, as `RedissonLock.unlockInnerAsync` of Redisson
