@@ -181,6 +181,18 @@ impl SemTarget {
             }
             let attempt = self.attempt(n, options.lease, &place, waits, limit).await;
             let nearest_expiry = match attempt {
+                // Shut down meanwhile: the acquisition ends with `Closed`,
+                // and a grant of an attempt that began before is given back
+                // (by this drop, or by the shutdown's second pass).
+                Ok(Attempt::Granted(permits)) if core.closed.is_cancelled() => {
+                    place.joined = false;
+                    drop(permits);
+                    return Err(Error::Closed);
+                }
+                Err(Error::Closed) => {
+                    place.leave_now().await;
+                    return Err(Error::Closed);
+                }
                 Ok(Attempt::Granted(permits)) => {
                     // the grant took the acquisition out of the line
                     place.joined = false;
@@ -270,6 +282,14 @@ impl SemTarget {
         let this = self.clone();
         let member = place.member.clone();
         let running = Running::new(core);
+        // After counting this attempt (a shutdown waits for the attempts it
+        // counts, then gives their grants back): an attempt that a shutdown
+        // did not count never starts. Without it, a waiter whose loop went
+        // round after the shutdown's last pass took the permits it had
+        // just given back (`sem_shutdown`, about 1 run in 25).
+        if core.closed.is_cancelled() {
+            return Err(Error::Closed);
+        }
         // Held until the attempt ends, also in the background: leaving the
         // line waits for it, so that no attempt joins after the leave.
         let in_flight = place.in_flight.clone().lock_owned().await;
