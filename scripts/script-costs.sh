@@ -37,9 +37,10 @@
 #   reply writes. NB --pipe sends in large batches, so the per-syscall cost
 #   is amortised over many calls: in lock-bench (16 tasks, a few calls per
 #   read) the per-call CPU is higher; the cmd column is comparable.
-# - Each run's figure is printed, then the median and the spread (max-min).
-#   "Pieces" are differences of medians: full script minus the variant
-#   without that piece = the cost of the piece.
+# - Each run's figure is printed, then the median, the minimum and the
+#   spread (max-min). Other work on the machine can only add time, so the
+#   per-cycle sums and the "pieces" use the minimum of the runs. A piece =
+#   full script minus the variant without that piece.
 #
 # Variants (a = acquire phase, r = release phase)
 #   lc-full         acquire.lua / release.lua as they are
@@ -329,6 +330,11 @@ awk -v runs="$RUNS" '
     for (i = 1; i <= k; i++) for (j = i + 1; j <= k; j++) if (a[j] + 0 < a[i] + 0) { t = a[i]; a[i] = a[j]; a[j] = t }
     return (k % 2) ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2
   }
+  function least(s,   a, k, i, lo) {
+    k = split(s, a, " "); lo = a[1]
+    for (i = 2; i <= k; i++) if (a[i] + 0 < lo + 0) lo = a[i]
+    return lo
+  }
   function spread(s,   a, k, i, lo, hi) {
     k = split(s, a, " "); lo = hi = a[1]
     for (i = 2; i <= k; i++) { if (a[i] + 0 < lo + 0) lo = a[i]; if (a[i] + 0 > hi + 0) hi = a[i] }
@@ -340,16 +346,16 @@ awk -v runs="$RUNS" '
     calls[key] = $4; cmd[key] = cmd[key] " " $5; cpu[key] = cpu[key] " " $6
   }
   END {
-    printf "\n%-13s %-4s %7s  %-26s %7s %6s  %-26s %7s %6s\n", "variant", "ph", "calls", "cmd us/call (runs)", "median", "sprd", "cpu us/call (runs)", "median", "sprd"
+    printf "\n%-13s %-4s %7s  %-26s %7s %6s %6s  %-26s %7s %6s %6s\n", "variant", "ph", "calls", "cmd us/call (runs)", "median", "min", "sprd", "cpu us/call (runs)", "median", "min", "sprd"
     for (i = 1; i <= nk; i++) {
       k = order[i]; split(k, p, " ")
-      mc[k] = median(cmd[k]); mu[k] = median(cpu[k])
+      mc[k] = least(cmd[k]); mu[k] = least(cpu[k])
       cs = ""; split(cmd[k], a, " "); for (j = 1; j <= runs; j++) cs = cs sprintf("%6.2f", a[j]) " "
       us = ""; split(cpu[k], a, " "); for (j = 1; j <= runs; j++) us = us sprintf("%6.2f", a[j]) " "
-      printf "%-13s %-4s %7d  %-26s %7.2f %6.2f  %-26s %7.2f %6.2f\n", p[1], (p[2] == "a" ? "acq" : "rel"), calls[k], cs, mc[k], spread(cmd[k]), us, mu[k], spread(cpu[k])
+      printf "%-13s %-4s %7d  %-26s %7.2f %6.2f %6.2f  %-26s %7.2f %6.2f %6.2f\n", p[1], (p[2] == "a" ? "acq" : "rel"), calls[k], cs, median(cmd[k]), mc[k], spread(cmd[k]), us, median(cpu[k]), mu[k], spread(cpu[k])
     }
     # a cycle: one acquire + one release
-    printf "\nPer cycle (acquire + release, medians): %-13s %10s %10s\n", "variant", "cmd us", "cpu us"
+    printf "\nPer cycle (acquire + release, min of runs): %-13s %10s %10s\n", "variant", "cmd us", "cpu us"
     for (i = 1; i <= nk; i++) {
       split(order[i], p, " ")
       if (p[2] != "a") continue
@@ -358,7 +364,7 @@ awk -v runs="$RUNS" '
       printf "%40s %-13s %10.2f %10.2f\n", "", p[1], mc[ka] + mc[kr], mu[ka] + mu[kr]
     }
     # pieces: full minus variant (medians)
-    printf "\nPieces (lc-full minus the variant without the piece, medians, us per call):\n"
+    printf "\nPieces (lc-full minus the variant without the piece, min of runs, us per call):\n"
     printf "%-44s %8s %8s\n", "piece", "cmd", "cpu"
     n = split("a lc-notoken fencing-token(TIME+SET..GET+format)|a lc-noexists EXISTS(latch,lock,turn)|a lc-noline waiting-line/turn-tests(acquire)|r lc-noline hand-over-block(release)|r lc-nopublish PUBLISH(release)|a lc-shortargs unused-args(acquire:5+7->4+5)|r lc-shortargs unused-args(release:4+7->2+4)|a lc-bare all-but-Redisson-work(acquire)|r lc-bare all-but-HGET+DEL(release)", list, "|")
     for (i = 1; i <= n; i++) {
@@ -367,7 +373,7 @@ awk -v runs="$RUNS" '
       if (!(kf in mc) || !(kv in mc)) continue
       printf "%-44s %8.2f %8.2f\n", q[3], mc[kf] - mc[kv], mu[kf] - mu[kv]
     }
-    printf "\nFixed cost of an EVALSHA (empty script `return 0`, medians):\n"
+    printf "\nFixed cost of an EVALSHA (empty script `return 0`, min of runs):\n"
     for (i = 1; i <= nk; i++) {
       split(order[i], p, " ")
       if (p[1] !~ /^empty/) continue
