@@ -6,7 +6,8 @@
 # lock-core/src/protocol/acquire.lua and release.lua made under a temp dir.
 #
 #   bash scripts/script-costs.sh            # N=100000 calls per phase, 3 runs
-#   N=20000 RUNS=1 bash scripts/script-costs.sh
+#   N=20000 RUNS=15 bash scripts/script-costs.sh   # shorter, more runs: less
+#                                                  # hurt by bursts of other work
 #
 # Method
 # - A PRIVATE redis-server (--save '' --appendonly no) on a free loopback
@@ -73,7 +74,8 @@ CLI="${REDIS_CLI_BIN:-redis-cli}"
 command -v "$CLI" >/dev/null 2>&1 || { echo "error: redis-cli not found (it comes with redis-server; set REDIS_CLI_BIN)" >&2; exit 1; }
 case "$N" in '' | *[!0-9]*) echo "error: N must be a number" >&2; exit 1 ;; esac
 [ "$N" -ge 1 ] && [ "$N" -le 1000000 ] || { echo "error: N must be 1..1000000" >&2; exit 1; }
-[ "$RUNS" -ge 1 ] && [ "$RUNS" -le 10 ] || { echo "error: RUNS must be 1..10" >&2; exit 1; }
+case "$RUNS" in '' | *[!0-9]*) echo "error: RUNS must be a number" >&2; exit 1 ;; esac
+[ "$RUNS" -ge 1 ] && [ "$RUNS" -le 30 ] || { echo "error: RUNS must be 1..30" >&2; exit 1; }
 
 export LC_ALL=C
 tmp=$(mktemp -d)
@@ -309,8 +311,12 @@ run_phase() { # run_phase <variant> <a|r> <run>
 
 VARIANTS="lc-full lc-notoken lc-noexists lc-noline lc-nopublish lc-shortargs lc-bare rmin lmin empty-lc empty-rmin empty-0"
 [ -n "$ONLY" ] && VARIANTS="$ONLY"
+read -r -a vlist <<<"$VARIANTS"
 for run in $(seq 1 "$RUNS"); do
-  for v in $VARIANTS; do
+  # each run starts one variant further on, so that a burst of other work
+  # on the machine does not always land on the same variants
+  rot=$(((run - 1) % ${#vlist[@]}))
+  for v in "${vlist[@]:rot}" "${vlist[@]:0:rot}"; do
     [ -f "$S/$v.a.lua" ] || [ "$v" = lmin ] || { echo "error: unknown variant $v" >&2; exit 1; }
     rc flushall sync >/dev/null
     rc script flush sync >/dev/null
