@@ -39,9 +39,16 @@
 #   is amortised over many calls: in lock-bench (16 tasks, a few calls per
 #   read) the per-call CPU is higher; the cmd column is comparable.
 # - Each run's figure is printed, then the median, the minimum and the
-#   spread (max-min). Other work on the machine can only add time, so the
-#   per-cycle sums and the "pieces" use the minimum of the runs. A piece =
-#   full script minus the variant without that piece.
+#   spread (max-min). Per-cycle sums and "pieces" are given from both the
+#   minimum (other work on the machine only adds time) and the median of
+#   the runs. A piece = full script minus the variant without that piece.
+# - Noise floor: some variants run an unchanged copy of a script in one of
+#   their phases (lc-nopublish's acquire, lc-notoken's and lc-noexists'
+#   release are lc-full's): their gap to lc-full is pure noise, and a piece
+#   smaller than that gap (about 1-2 us on a quiet 2-core machine) is not
+#   resolved. Nothing else should run on the machine meanwhile (a compile
+#   beside it makes the spread 5-10 us); RUNS=15 N=20000 with the medians
+#   is the sturdier choice then.
 #
 # Variants (a = acquire phase, r = release phase)
 #   lc-full         acquire.lua / release.lua as they are
@@ -355,35 +362,35 @@ awk -v runs="$RUNS" '
     printf "\n%-13s %-4s %7s  %-26s %7s %6s %6s  %-26s %7s %6s %6s\n", "variant", "ph", "calls", "cmd us/call (runs)", "median", "min", "sprd", "cpu us/call (runs)", "median", "min", "sprd"
     for (i = 1; i <= nk; i++) {
       k = order[i]; split(k, p, " ")
-      mc[k] = least(cmd[k]); mu[k] = least(cpu[k])
+      mc[k] = least(cmd[k]); mu[k] = least(cpu[k]); md[k] = median(cmd[k]); mdu[k] = median(cpu[k])
       cs = ""; split(cmd[k], a, " "); for (j = 1; j <= runs; j++) cs = cs sprintf("%6.2f", a[j]) " "
       us = ""; split(cpu[k], a, " "); for (j = 1; j <= runs; j++) us = us sprintf("%6.2f", a[j]) " "
       printf "%-13s %-4s %7d  %-26s %7.2f %6.2f %6.2f  %-26s %7.2f %6.2f %6.2f\n", p[1], (p[2] == "a" ? "acq" : "rel"), calls[k], cs, median(cmd[k]), mc[k], spread(cmd[k]), us, median(cpu[k]), mu[k], spread(cpu[k])
     }
     # a cycle: one acquire + one release
-    printf "\nPer cycle (acquire + release, min of runs): %-13s %10s %10s\n", "variant", "cmd us", "cpu us"
+    printf "\nPer cycle (acquire + release): %-13s %10s %10s %10s %10s\n", "variant", "cmd min", "cpu min", "cmd median", "cpu median"
     for (i = 1; i <= nk; i++) {
       split(order[i], p, " ")
       if (p[2] != "a") continue
       ka = p[1] " a"; kr = p[1] " r"
       if (!(kr in mc)) continue
-      printf "%40s %-13s %10.2f %10.2f\n", "", p[1], mc[ka] + mc[kr], mu[ka] + mu[kr]
+      printf "%31s %-13s %10.2f %10.2f %10.2f %10.2f\n", "", p[1], mc[ka] + mc[kr], mu[ka] + mu[kr], md[ka] + md[kr], mdu[ka] + mdu[kr]
     }
     # pieces: full minus variant (medians)
-    printf "\nPieces (lc-full minus the variant without the piece, min of runs, us per call):\n"
-    printf "%-44s %8s %8s\n", "piece", "cmd", "cpu"
+    printf "\nPieces (lc-full minus the variant without the piece, us per call; min of runs, median of runs):\n"
+    printf "%-44s %8s %8s %10s %10s\n", "piece", "cmd min", "cpu min", "cmd median", "cpu median"
     n = split("a lc-notoken fencing-token(TIME+SET..GET+format)|a lc-noexists EXISTS(latch,lock,turn)|a lc-noline waiting-line/turn-tests(acquire)|r lc-noline hand-over-block(release)|r lc-nopublish PUBLISH(release)|a lc-shortargs unused-args(acquire:5+7->4+5)|r lc-shortargs unused-args(release:4+7->2+4)|a lc-bare all-but-Redisson-work(acquire)|r lc-bare all-but-HGET+DEL(release)", list, "|")
     for (i = 1; i <= n; i++) {
       split(list[i], q, " ")
       kf = "lc-full " q[1]; kv = q[2] " " q[1]
       if (!(kf in mc) || !(kv in mc)) continue
-      printf "%-44s %8.2f %8.2f\n", q[3], mc[kf] - mc[kv], mu[kf] - mu[kv]
+      printf "%-44s %8.2f %8.2f %10.2f %10.2f\n", q[3], mc[kf] - mc[kv], mu[kf] - mu[kv], md[kf] - md[kv], mdu[kf] - mdu[kv]
     }
-    printf "\nFixed cost of an EVALSHA (empty script `return 0`, min of runs):\n"
+    printf "\nFixed cost of an EVALSHA (empty script `return 0`; min of runs, median of runs):\n"
     for (i = 1; i <= nk; i++) {
       split(order[i], p, " ")
       if (p[1] !~ /^empty/) continue
-      printf "  %-11s %s  cmd %6.2f  cpu %6.2f\n", p[1], (p[2] == "a" ? "acq-shape" : "rel-shape"), mc[order[i]], mu[order[i]]
+      printf "  %-11s %s  cmd %6.2f  cpu %6.2f  |  cmd %6.2f  cpu %6.2f\n", p[1], (p[2] == "a" ? "acq-shape" : "rel-shape"), mc[order[i]], mu[order[i]], md[order[i]], mdu[order[i]]
     }
   }' "$results"
 
