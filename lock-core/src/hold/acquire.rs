@@ -736,9 +736,12 @@ impl Target {
         };
         let owner = fair_owner.unwrap_or_else(|| core.new_owner());
         let latch = self.keys.latch(&owner);
-        // Only a fair acquisition publishes (it tells the queue's head).
+        // Only a fair acquisition publishes (it tells the queue's head),
+        // with the command known so far: no probe here, so the attempt
+        // keeps its bound (a wake-up lost to a cluster's sharded channels
+        // before the first probe costs the head one re-check).
         let publish = if self.keys.rule == Rule::Fair {
-            core.publish_command().await?
+            core.publish_command_known()
         } else {
             "publish"
         };

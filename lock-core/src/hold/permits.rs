@@ -297,7 +297,18 @@ impl SemTarget {
             async move {
                 let _running = running;
                 let _in_flight = in_flight;
-                this.attempt_now(n, lease, &member, join, limit).await
+                let out = this.attempt_now(n, lease, &member, join, limit).await;
+                // A grant that arrives after a shutdown began is given back
+                // here, while the shutdown still counts this attempt: the
+                // give-back is spawned before the shutdown closes (and
+                // waits for) its background work.
+                match out {
+                    Ok(Attempt::Granted(permits)) if this.engine.core.closed.is_cancelled() => {
+                        drop(permits);
+                        Err(Error::Closed)
+                    }
+                    out => out,
+                }
             },
             &core.background,
             &core.runtime,

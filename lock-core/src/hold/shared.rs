@@ -220,6 +220,13 @@ impl Core {
         self.outage.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// `publish_command` when already known, else `publish` without
+    /// probing (for a message whose loss costs only a re-check: the call
+    /// that carries it stays within its own bound).
+    pub(crate) fn publish_command_known(&self) -> &'static str {
+        Sharding::publish_command(self.sharding.known().unwrap_or(false))
+    }
+
     /// The command the scripts publish unlock messages with: `publish`,
     /// or `spublish` with sharded pub/sub (probed once on a cluster).
     pub(crate) async fn publish_command(&self) -> Result<&'static str> {

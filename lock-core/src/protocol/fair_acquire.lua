@@ -28,9 +28,9 @@
 --
 -- When the lock is free but another waiter is the queue's head (it may not
 -- know: its predecessor was just pruned as dead here, or its message was
--- lost), the head is told on its own channel, so a free lock never waits
--- for a head that sleeps until its next re-check (or, for Redisson's
--- waiters, until their whole wait runs out).
+-- lost), the head is told on its own channel, so a free lock that other
+-- waiters ask for does not wait for a head that sleeps until its next
+-- re-check (or, for Redisson's waiters, until their whole wait runs out).
 --
 -- mode 'once': one attempt that never joins the queue (Redisson's tryLock
 --   without a wait). mode 'wait': a waiter; when the lock is held (or free
