@@ -307,6 +307,23 @@ impl RedissonScripts {
 }
 
 /// Redisson's unlock channel of the lock `name`.
+impl RedissonScripts {
+    /// The unlock script's call for `owner`'s hold of `name`, as Redisson
+    /// sends it (a fresh `request` id per unlock: its latch).
+    fn unlock_call(&self, name: &str, owner: &str, request: &str) -> redis::ScriptInvocation<'_> {
+        let mut call = self.unlock.prepare_invoke();
+        call.key(name)
+            .key(unlock_channel(name))
+            .key(unlock_latch(name, request))
+            .arg(UNLOCK_MESSAGE)
+            .arg(R_MIN_LEASE_MS)
+            .arg(owner)
+            .arg("publish")
+            .arg(UNLOCK_LATCH_MS);
+        call
+    }
+}
+
 fn unlock_channel(name: &str) -> String {
     format!("redisson_lock__channel:{{{name}}}")
 }
@@ -359,15 +376,7 @@ pub(crate) async fn r_min_cycle(
         )));
     }
     let freed: Option<i64> = scripts
-        .unlock
-        .key(name)
-        .key(unlock_channel(name))
-        .key(unlock_latch(name, request))
-        .arg(UNLOCK_MESSAGE)
-        .arg(R_MIN_LEASE_MS)
-        .arg(owner)
-        .arg("publish")
-        .arg(UNLOCK_LATCH_MS)
+        .unlock_call(name, owner, request)
         .invoke_async(conn)
         .await?;
     Ok(match freed {
@@ -559,15 +568,7 @@ mod tests {
     ) -> Option<i64> {
         rt.block_on(async {
             scripts
-                .unlock
-                .key(name)
-                .key(unlock_channel(name))
-                .key(unlock_latch(name, request))
-                .arg(UNLOCK_MESSAGE)
-                .arg(R_MIN_LEASE_MS)
-                .arg(owner)
-                .arg("publish")
-                .arg(UNLOCK_LATCH_MS)
+                .unlock_call(name, owner, request)
                 .invoke_async(conn)
                 .await
         })
