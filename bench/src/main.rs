@@ -318,7 +318,7 @@ fn run_workloads(
                 (report::R_MIN, "W1".into(), rt.block_on(refs::r_min(ctx))),
                 ("L-serial", "W2".into(), rt.block_on(refs::l_serial(ctx))),
             ],
-            Workload::W1 => [w1::Lease::Watchdog, w1::Lease::Fixed]
+            Workload::W1 => [w1::Lease::Watchdog, w1::Lease::Fixed, w1::Lease::Grouped]
                 .into_iter()
                 .map(|lease| (lease.lib(), "W1".into(), rt.block_on(w1::run(ctx, lease))))
                 .collect(),

@@ -619,7 +619,30 @@ fn w1_summary(all: &[Measurement], line: &mut impl FnMut(String)) {
             "    lock-core with a fixed 10 s lease {fixed:>9.0} cycles/s{vs}"
         ));
     }
-    let libs = ["lock-core", "lock-core-fixed", L_MIN_MUX, L_MIN_POOL, R_MIN];
+    if let Some(grouped) =
+        find(all, crate::workloads::w1::GROUPED, "W1").and_then(|m| m.cycles_per_s)
+    {
+        let vs = match (faster, r_min) {
+            (Some((best, r)), Some(rm)) => format!(
+                "  ratio {:.3} to {best}, {:.3} to R-min; x{:.2} of lock-core (group commit off)",
+                grouped / r,
+                grouped / rm,
+                w1.map_or(0.0, |w| grouped / w)
+            ),
+            _ => String::new(),
+        };
+        line(format!(
+            "    lock-core with group commit on {grouped:>9.0} cycles/s{vs}"
+        ));
+    }
+    let libs = [
+        "lock-core",
+        "lock-core-fixed",
+        crate::workloads::w1::GROUPED,
+        L_MIN_MUX,
+        L_MIN_POOL,
+        R_MIN,
+    ];
     let per_cycle = |field: fn(&Measurement) -> Option<f64>, unit: &str| -> Vec<String> {
         libs.into_iter()
             .filter_map(|lib| {

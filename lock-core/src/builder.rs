@@ -104,6 +104,19 @@ impl ClientBuilder {
         self
     }
 
+    /// Whether lock operations that are ready at the same moment go to
+    /// Redis as one script call (default `false`; see
+    /// [`ClientConfig::group_commit`]).
+    ///
+    /// ```
+    /// let b = lock_core::ClientBuilder::new("redis://h").group_commit(true);
+    /// # let _ = b;
+    /// ```
+    pub fn group_commit(mut self, on: bool) -> Self {
+        self.config.group_commit = on;
+        self
+    }
+
     /// Every fresh lock acquisition of this client (not semaphore permits) waits until `replicas`
     /// replicas acknowledged it, at most `timeout`; when fewer did, it is
     /// released and the acquire fails with [`Error::NotReplicated`]

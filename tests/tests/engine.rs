@@ -21,6 +21,7 @@ mod engine {
     mod cross_process;
     mod election;
     mod fair_lock;
+    mod group_commit;
     mod hold_identity;
     mod layers;
     mod local_queue;

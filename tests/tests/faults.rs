@@ -58,6 +58,7 @@ mod faults {
     mod fair_faults;
     mod fair_kill;
     mod fault_proxy;
+    mod group_cut_faults;
     mod lanes;
     mod multi_cut_faults;
     mod no_wedge;

@@ -1,6 +1,9 @@
 //! W1, uncontended: task i loops acquire `w1:{i}` → release, with the
 //! watchdog lease (the default, and the target's subject: lib `lock-core`)
-//! or a fixed 10 s lease (lib `lock-core-fixed`). Figures: cycles/s,
+//! or a fixed 10 s lease (lib `lock-core-fixed`), and with the watchdog
+//! lease on a client whose group commit is off (lib `lock-core-grouped`:
+//! every operation its own script call, the shape before group commit).
+//! Figures: cycles/s,
 //! p50/p99 cycle latency, client CPU, server CPU and calls per cycle (see
 //! [`super::ClientCpu`]); the summary sets the rate against the faster
 //! L-min reference (L-min-mux or L-min-pool, see [`super::refs`]) and
@@ -15,7 +18,20 @@ use crate::report::Measurement;
 use crate::stats::mono_ns;
 use crate::BenchResult;
 
-/// Which lease W1's locks take.
+/// The lib name of W1 with group commit on.
+pub(crate) const GROUPED: &str = "lock-core-grouped";
+
+/// A client like [`lock_client`]'s with group commit on.
+async fn lock_client_grouped(url: &str, prefix: &str) -> BenchResult<lock_core::LockClient> {
+    let client = lock_core::LockClient::builder(url)
+        .key_prefix(prefix)
+        .group_commit(true)
+        .build()?;
+    client.ping().await?;
+    Ok(client)
+}
+
+/// Which lease W1's locks take (and whether group commit is on).
 #[derive(Clone, Copy, Debug)]
 pub(crate) enum Lease {
     /// No explicit lease: renewed by the watchdog (registered on acquire,
@@ -23,6 +39,8 @@ pub(crate) enum Lease {
     Watchdog,
     /// The fixed 10 s lease of the other workloads.
     Fixed,
+    /// The watchdog lease on a client with group commit on.
+    Grouped,
 }
 
 impl Lease {
@@ -31,12 +49,13 @@ impl Lease {
         match self {
             Lease::Watchdog => "lock-core",
             Lease::Fixed => "lock-core-fixed",
+            Lease::Grouped => GROUPED,
         }
     }
 
     fn options(self) -> AcquireOptions {
         match self {
-            Lease::Watchdog => AcquireOptions::new().wait(ACQUIRE_WAIT),
+            Lease::Watchdog | Lease::Grouped => AcquireOptions::new().wait(ACQUIRE_WAIT),
             Lease::Fixed => acquire_options(),
         }
     }
@@ -45,12 +64,18 @@ impl Lease {
         match self {
             Lease::Watchdog => "watchdog lease (30 s, renewed every 10 s)",
             Lease::Fixed => "fixed lease 10 s",
+            Lease::Grouped => {
+                "watchdog lease, group commit on (operations ready together in one script call)"
+            }
         }
     }
 }
 
 pub(crate) async fn run(ctx: &Ctx, lease: Lease) -> BenchResult<Measurement> {
-    let client = lock_client(&ctx.url, &ctx.prefix, None).await?;
+    let client = match lease {
+        Lease::Grouped => lock_client_grouped(&ctx.url, &ctx.prefix).await?,
+        _ => lock_client(&ctx.url, &ctx.prefix, None).await?,
+    };
     let tasks = ctx.opts.tasks;
     let window = ctx.window();
     let cpu = ClientCpu::sample(&window, &ctx.servers);

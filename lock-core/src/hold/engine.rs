@@ -52,7 +52,9 @@ impl Engine {
         let stop_tasks = CancellationToken::new();
         endpoint.watch_switches(stop_tasks.clone());
         let pool = build_pool(manager, config.pool_size);
-        let core = Arc::new(Core::new(config, error_hook, pool, endpoint.is_cluster()));
+        let cluster = endpoint.is_cluster();
+        let core =
+            Arc::new_cyclic(|this| Core::new(config, error_hook, pool, cluster, this.clone()));
         crate::metrics::describe();
         let watchdog = Watchdog::start(core.clone(), stop_tasks.clone());
         let reporter = core.clone();

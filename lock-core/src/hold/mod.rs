@@ -39,6 +39,7 @@ pub(crate) mod count;
 pub(crate) mod engine;
 pub(crate) mod eviction;
 pub(crate) mod fair;
+pub(crate) mod group_commit;
 pub(crate) mod ids;
 pub(crate) mod multi;
 pub(crate) mod permit_registry;

@@ -78,6 +78,10 @@ pub(crate) struct Core {
     pub(crate) sharding: Arc<Sharding>,
     /// The endpoint is a Redis Cluster: multi-key calls stay in one slot.
     pub(crate) cluster: bool,
+    /// Group commit: the script calls waiting for one in flight.
+    pub(crate) groups: super::group_commit::Groups,
+    /// This shared state itself, for the tasks that send grouped calls.
+    pub(crate) this: std::sync::Weak<Core>,
 }
 
 impl std::fmt::Debug for Core {
@@ -95,8 +99,11 @@ impl Core {
         error_hook: Option<ErrorHook>,
         pool: Pool,
         cluster: bool,
+        this: std::sync::Weak<Core>,
     ) -> Core {
         Core {
+            groups: Default::default(),
+            this,
             client_id: Arc::from(super::ids::uuid_v4().to_string()),
             pool,
             scripts: Scripts::new(),
@@ -141,7 +148,26 @@ impl Core {
     /// Boxed: every lock operation runs through here, and its future type
     /// stays out of every caller's (deeply nested types hit the compiler's
     /// recursion limit in callers' crates).
+    ///
+    /// With group commit on, the calls of a grouped script (acquire,
+    /// release) that come while one of theirs is in flight wait for it and
+    /// go together (see `group_commit.rs`).
     pub(crate) fn run_script_within<'a>(
+        &'a self,
+        script: &'a Script,
+        cmd: &'a Cmd,
+        limit: Duration,
+    ) -> BoxFuture<'a, Result<Value>> {
+        if self.config.group_commit {
+            if let Some(group) = self.scripts.group_of(script) {
+                return Box::pin(self.run_grouped(group, cmd, limit));
+            }
+        }
+        self.run_script_alone(script, cmd, limit)
+    }
+
+    /// [`run_script_within`](Self::run_script_within), never grouped.
+    pub(crate) fn run_script_alone<'a>(
         &'a self,
         script: &'a Script,
         cmd: &'a Cmd,

@@ -16,6 +16,7 @@ pub(crate) mod election;
 pub(crate) mod fair;
 pub(crate) mod fenced;
 pub(crate) mod force_unlock;
+pub(crate) mod group;
 pub(crate) mod handoff;
 pub(crate) mod keys;
 pub(crate) mod multi_acquire;
@@ -115,8 +116,8 @@ pub(crate) struct Scripts {
 impl Scripts {
     pub(crate) fn new() -> Self {
         Scripts {
-            acquire: Script::new(include_str!("acquire.lua")),
-            release: Script::new(include_str!("release.lua")),
+            acquire: Script::with_group(include_str!("acquire.lua")),
+            release: Script::with_group(include_str!("release.lua")),
             handoff: Script::new(include_str!("handoff.lua")),
             renew: Script::new(include_str!("renew.lua")),
             force_unlock: Script::new(include_str!("force_unlock.lua")),
@@ -145,6 +146,19 @@ impl Scripts {
             fair_cancel: Script::new(include_str!("fair_cancel.lua")),
             fair_force_unlock: Script::new(include_str!("fair_force_unlock.lua")),
         }
+    }
+
+    /// The scripts whose calls are grouped (see `group.rs`), each with its
+    /// grouped form.
+    pub(crate) fn grouped(&self) -> [&Script; 2] {
+        [&self.acquire, &self.release]
+    }
+
+    /// `script`'s place among [`grouped`](Self::grouped), when its calls
+    /// are grouped.
+    pub(crate) fn group_of(&self, script: &Script) -> Option<usize> {
+        script.grouped()?;
+        self.grouped().iter().position(|s| std::ptr::eq(*s, script))
     }
 
     /// The acquire script of the primitive `rule`.

@@ -11,6 +11,9 @@ use crate::transport::connection::Conn;
 pub(crate) struct Script {
     source: std::borrow::Cow<'static, str>,
     pub(super) sha: String,
+    /// Its grouped form, for the scripts whose calls are grouped (see
+    /// `group.rs`).
+    grouped: Option<Box<Script>>,
 }
 
 impl Script {
@@ -18,7 +21,24 @@ impl Script {
         Script {
             sha: redis::Script::new(source).get_hash().to_string(),
             source: std::borrow::Cow::Borrowed(source),
+            grouped: None,
         }
+    }
+
+    /// A script whose calls may be grouped: with its grouped form.
+    pub(super) fn with_group(source: &'static str) -> Self {
+        Script {
+            grouped: Some(Box::new(Script::owned(super::group::grouped_source(
+                source,
+            )))),
+            ..Script::new(source)
+        }
+    }
+
+    /// The grouped form of this script (see `group.rs`), when its calls
+    /// may be grouped.
+    pub(crate) fn grouped(&self) -> Option<&Script> {
+        self.grouped.as_deref()
     }
 
     /// A script whose source is made at run time (a fenced write's).
@@ -26,6 +46,7 @@ impl Script {
         Script {
             sha: redis::Script::new(&source).get_hash().to_string(),
             source: std::borrow::Cow::Owned(source),
+            grouped: None,
         }
     }
 

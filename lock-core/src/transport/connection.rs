@@ -223,6 +223,15 @@ impl Conn {
         }
     }
 
+    /// An error one part of a reply carried (an element of a grouped
+    /// script call): when it means the connection must go, as if the
+    /// whole command had failed with it.
+    pub(crate) fn note_failure(&mut self, e: &RedisError) {
+        if must_go(&self.inner, e) {
+            self.broken.store(true, Ordering::Relaxed);
+        }
+    }
+
     fn note<T>(&mut self, result: &RedisResult<T>) {
         if let Err(e) = result {
             if must_go(&self.inner, e) {

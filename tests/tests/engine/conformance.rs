@@ -374,6 +374,33 @@ impl K {
     }
 }
 
+/// `EVAL` of the grouped form of `script` (group commit, see
+/// `protocol/group.rs`) carrying `elements`, each an `EVALSHA` of it.
+fn grouped(script: &str, elements: Vec<Vec<String>>) -> Step {
+    let source = SCRIPTS
+        .iter()
+        .find(|(name, _)| *name == script)
+        .map(|(_, source)| *source)
+        .unwrap_or_else(|| panic!("no script {script}"));
+    let source = format!(
+        "local function one(KEYS, ARGV)\n{source}{}",
+        include_str!("../../../lock-core/src/protocol/group.lua")
+    );
+    let (mut keys, mut counts, mut args) = (Vec::new(), Vec::new(), Vec::new());
+    for e in &elements {
+        let nkeys: usize = e[2].parse().expect("numkeys");
+        keys.extend(e[3..3 + nkeys].iter().map(String::as_str));
+        args.extend(e[3 + nkeys..].iter().map(String::as_str));
+        counts.push(nkeys.to_string());
+        counts.push((e.len() - 3 - nkeys).to_string());
+    }
+    let n = elements.len().to_string();
+    let mut all = vec![n.as_str()];
+    all.extend(counts.iter().map(String::as_str));
+    all.extend(args);
+    eval(&source, &keys, &all)
+}
+
 /// `EVAL` of an inline script with its keys and arguments.
 fn eval(source: &str, keys: &[&str], args: &[&str]) -> Step {
     let mut out = vec![
@@ -531,6 +558,42 @@ fn cases() -> Vec<(&'static str, Vec<Step>)> {
             cmd(&["SET", &a.lock, "x"]),
             step(a.new_hold("c1:1", "c1")),
             step(a.acquire("c1:1", "re", "c1", "0", LEASE)),
+        ],
+    ));
+
+    // ---- group commit: acquire.lua and release.lua grouped ----
+    let (a, b, c) = (k(), k(), k());
+    table.push((
+        "grouped acquire: elements in order, each its own reply; an element's error stays its own",
+        vec![
+            cmd(&["HSET", &a.token, "not", "a string"]),
+            cmd(&["SET", &c.lock, "x"]),
+            step(b.acquire("c1:2", "re", "c1", "0", LEASE)),
+            grouped(
+                "acquire",
+                vec![
+                    a.new_hold("c1:1", "c1"),
+                    b.acquire("c1:9", "re", "c1", "0", LEASE),
+                    c.new_hold("c1:3", "c1"),
+                ],
+            ),
+            cmd(&["EXISTS", &a.lock, &b.lock]),
+        ],
+    ));
+    let (a, b) = (k(), k());
+    table.push((
+        "grouped release: not held → nil; an element's refused count is its own",
+        vec![
+            cmd(&["HSET", &b.lock, "c1:2", "3"]),
+            grouped(
+                "release",
+                vec![
+                    a.release("c1:1", "1", "c1", "publish"),
+                    b.release("c1:2", "3", "c1", "publish"),
+                    b.release("c1:2", "3", "c1", "publish"),
+                ],
+            ),
+            cmd(&["HGET", &b.lock, "c1:2"]),
         ],
     ));
 

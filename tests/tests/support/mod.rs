@@ -165,6 +165,24 @@ pub fn rw_cancel_sha() -> String {
     ))
 }
 
+/// The SHA1 of the grouped form of lock-core's acquire script (group
+/// commit: several acquisitions in one call, see `protocol/group.rs`).
+pub fn grouped_acquire_sha() -> String {
+    grouped_sha(include_str!("../../../lock-core/src/protocol/acquire.lua"))
+}
+
+/// The SHA1 of the grouped form of lock-core's release script.
+pub fn grouped_release_sha() -> String {
+    grouped_sha(include_str!("../../../lock-core/src/protocol/release.lua"))
+}
+
+fn grouped_sha(source: &str) -> String {
+    script_sha(&format!(
+        "local function one(KEYS, ARGV)\n{source}{}",
+        include_str!("../../../lock-core/src/protocol/group.lua")
+    ))
+}
+
 fn script_sha(source: &str) -> String {
     redis::Script::new(source).get_hash().to_string()
 }
