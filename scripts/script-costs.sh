@@ -63,6 +63,10 @@
 #                   dropped (acquire 4 KEYS + 5 ARGV; release 2 KEYS + 4 ARGV)
 #   lc-bare         acquire: EXISTS lock, HINCRBY, PEXPIRE (Redisson's work)
 #                   with lock-core's 5 + 7 arguments; release: HGET, DEL only
+#   lc-incrtoken    acquire with the token drawn by INCR of the token key
+#                   (one above the last; seeded from TIME only when the key
+#                   was missing) and its lifetime renewed by PEXPIRE
+#   lc-incronly     the same without the PEXPIRE
 #   rmin            Redisson's lock + unlock (refs.rs REDISSON_LOCK/UNLOCK)
 #   lmin            SET NX PX + compare-and-delete (refs.rs)
 #   empty-lc        `return 0` with lock-core's arguments (5+7 / 4+7)
@@ -164,6 +168,22 @@ cp "$ACQ" "$S/lc-nopublish.a.lua"
 # read becomes [9] (nil: those paths never run here)
 variant "$ACQ" "$S/lc-shortargs.a.lua" 's/KEYS\[4\]/KEYS[9]/g; s/KEYS\[5\]/KEYS[4]/g; s/ARGV\[5\]/ARGV[9]/g; s/ARGV\[6\]/ARGV[9]/g; s/ARGV\[7\]/ARGV[5]/g'
 variant "$REL" "$S/lc-shortargs.r.lua" 's/KEYS\[3\]/KEYS[9]/g; s/KEYS\[4\]/KEYS[9]/g; s/ARGV\[2\]/ARGV[9]/g; s/ARGV\[4\]/ARGV[9]/g; s/ARGV\[5\]/ARGV[9]/g; s/ARGV\[3\]/ARGV[2]/g; s/ARGV\[6\]/ARGV[3]/g; s/ARGV\[7\]/ARGV[4]/g'
+variant "$ACQ" "$S/lc-incrtoken.a.lua" '/^local function next_token()/,/^end/ c\
+local function next_token()\
+  local token = redis.call('"'"'incr'"'"', KEYS[2])\
+  if token == 1 then\
+    local now = redis.call('"'"'time'"'"')\
+    token = tonumber(now[1]) * 1000000 + tonumber(now[2])\
+    redis.call('"'"'set'"'"', KEYS[2], token, '"'"'px'"'"', ARGV[4])\
+  else\
+    redis.call('"'"'pexpire'"'"', KEYS[2], ARGV[4])\
+  end\
+  return token\
+end'
+variant "$S/lc-incrtoken.a.lua" "$S/lc-incronly.a.lua" '/^  else$/,/^  end$/ c\
+  end'
+cp "$REL" "$S/lc-incrtoken.r.lua"
+cp "$REL" "$S/lc-incronly.r.lua"
 cat >"$S/lc-bare.a.lua" <<'EOF'
 if redis.call('exists', KEYS[1]) == 0 then
   redis.call('hincrby', KEYS[1], ARGV[2], 1)
@@ -316,7 +336,7 @@ run_phase() { # run_phase <variant> <a|r> <run>
   fi
 }
 
-VARIANTS="lc-full lc-notoken lc-noexists lc-noline lc-nopublish lc-shortargs lc-bare rmin lmin empty-lc empty-rmin empty-0"
+VARIANTS="lc-full lc-incrtoken lc-incronly lc-notoken lc-noexists lc-noline lc-nopublish lc-shortargs lc-bare rmin lmin empty-lc empty-rmin empty-0"
 [ -n "$ONLY" ] && VARIANTS="$ONLY"
 read -r -a vlist <<<"$VARIANTS"
 for run in $(seq 1 "$RUNS"); do

@@ -23,6 +23,9 @@ usage: lock-bench [options]
   --wd-periods N       renewal periods WD measures over (default 3; longer for a profile)
   --ref-conns N        connections of the L-min-pool reference (default: lock-core's
                        pool size, 1); L-min-mux always shares one multiplexed connection
+  --hand-off-window-ms MS  the lock-core clients' hand-off window (ClientConfig::hand_off_window;
+                       default: lock-core's, 2 ms): how long a process passes a lock between its own
+                       tasks before letting other processes in (W2, W3 and every other workload)
   --threads N          tokio worker threads (default: CPUs this process may run on)
   --redis-cpu N        pin the private redis-server to CPU N (ignored with --url)
   --bench-cpu N        pin this program (and its W3 children) to CPU N
@@ -149,6 +152,8 @@ impl Workload {
 /// Settings of a parent run.
 #[derive(Clone, Debug)]
 pub(crate) struct Options {
+    /// `--hand-off-window-ms`: the lock-core clients' hand-off window.
+    pub(crate) hand_off_window: Option<Duration>,
     pub(crate) url: Option<String>,
     pub(crate) workloads: Vec<Workload>,
     pub(crate) duration: Duration,
@@ -180,6 +185,8 @@ pub(crate) struct ChildOptions {
     pub(crate) threads: Option<usize>,
     /// The fair lock (W3F) instead of the plain one.
     pub(crate) fair: bool,
+    /// `--hand-off-window-ms`, as the parent got it.
+    pub(crate) hand_off_window: Option<Duration>,
 }
 
 /// What the command line asks for.
@@ -220,6 +227,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Command, String> {
     let mut proc_id = None;
     let mut lock = None;
     let mut fair = false;
+    let mut hand_off_window = None;
     while let Some(flag) = it.next() {
         let mut value = || {
             it.next()
@@ -257,6 +265,10 @@ pub(crate) fn parse(args: &[String]) -> Result<Command, String> {
             "--wd-periods" => wd_periods = Some(count(flag, &value()?, 1, 1000)? as u32),
             "--ref-conns" => ref_conns = Some(count(flag, &value()?, 1, MAX_TASKS)?),
             "--threads" => threads = Some(count(flag, &value()?, 1, 256)?),
+            "--hand-off-window-ms" => {
+                let ms = count(flag, &value()?, 0, 10_000)?;
+                hand_off_window = Some(Duration::from_millis(ms as u64));
+            }
             "--redis-cpu" => redis_cpu = Some(count(flag, &value()?, 0, 4095)?),
             "--bench-cpu" => bench_cpu = Some(count(flag, &value()?, 0, 4095)?),
             "--smoke" => smoke = true,
@@ -283,6 +295,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Command, String> {
             tasks: tasks.ok_or("a child needs --tasks")?,
             threads,
             fair,
+            hand_off_window,
         }));
     }
 
@@ -300,6 +313,7 @@ pub(crate) fn parse(args: &[String]) -> Result<Command, String> {
         )
     };
     Ok(Command::Run(Options {
+        hand_off_window,
         url,
         workloads: workloads.unwrap_or_else(|| Workload::ALL.to_vec()),
         duration: duration.unwrap_or(def_duration),

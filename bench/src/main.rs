@@ -71,8 +71,14 @@ fn main() -> ExitCode {
             println!("{USAGE}");
             return ExitCode::SUCCESS;
         }
-        Ok(Command::Run(opts)) => run(opts),
-        Ok(Command::Child(opts)) => child(&opts),
+        Ok(Command::Run(opts)) => {
+            crate::workloads::set_hand_off_window(opts.hand_off_window);
+            run(opts)
+        }
+        Ok(Command::Child(opts)) => {
+            crate::workloads::set_hand_off_window(opts.hand_off_window);
+            child(&opts)
+        }
         Err(e) => {
             eprintln!("lock-bench: {e}\n\n{USAGE}");
             return ExitCode::from(2);

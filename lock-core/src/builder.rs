@@ -117,6 +117,20 @@ impl ClientBuilder {
         self
     }
 
+    /// How long this client may pass a lock from one of its waiters to
+    /// the next before letting other clients in (default 2 ms; see
+    /// [`ClientConfig::hand_off_window`]).
+    ///
+    /// ```
+    /// let b = lock_core::ClientBuilder::new("redis://h")
+    ///     .hand_off_window(std::time::Duration::from_millis(20));
+    /// # let _ = b;
+    /// ```
+    pub fn hand_off_window(mut self, window: Duration) -> Self {
+        self.config.hand_off_window = window;
+        self
+    }
+
     /// Every fresh lock acquisition of this client (not semaphore permits) waits until `replicas`
     /// replicas acknowledged it, at most `timeout`; when fewer did, it is
     /// released and the acquire fails with [`Error::NotReplicated`]
@@ -194,14 +208,12 @@ impl ClientBuilder {
     /// How long a lock's last fencing token is kept in Redis after it was
     /// drawn (default 60 s).
     ///
-    /// Fencing tokens are a hybrid logical clock on the Redis server's
-    /// `TIME`: a new token is `max(last token + 1, server time in µs)`. The
-    /// last token is only needed while the server clock could be behind it
-    /// (several tokens in one microsecond, a clock stepped back); after
-    /// this retention its key expires, so lock names no longer used cost
-    /// no memory, and the clock alone keeps tokens growing — also after a
-    /// restart that lost every key. Keep it longer than any backward step
-    /// of the Redis server's clock you want to survive.
+    /// A new fencing token is one above the last while the last is kept,
+    /// else the Redis server's `TIME` in µs (see [`LockGuard::fencing_token`](crate::LockGuard::fencing_token)).
+    /// After this retention the key expires, so lock names no longer used
+    /// cost no memory, and the clock alone keeps tokens growing — also
+    /// after a restart that lost every key. Keep it longer than any
+    /// backward step of the Redis server's clock you want to survive.
     ///
     /// ```
     /// let b = lock_core::ClientBuilder::new("redis://h")

@@ -96,12 +96,31 @@ impl Ctx {
 
 /// A lock-core client with default settings (one shared connection, as users get it)
 /// except the run's key prefix and, for WD, the watchdog timeout.
+/// `--hand-off-window-ms`, for every lock-core client of this process.
+static HAND_OFF_WINDOW: std::sync::OnceLock<Duration> = std::sync::OnceLock::new();
+
+/// Sets the hand-off window of this process's lock-core clients (once, at
+/// start; `None`: lock-core's default).
+pub(crate) fn set_hand_off_window(window: Option<Duration>) {
+    if let Some(w) = window {
+        let _ = HAND_OFF_WINDOW.set(w);
+    }
+}
+
+/// The hand-off window `--hand-off-window-ms` set, if any.
+pub(crate) fn hand_off_window() -> Option<Duration> {
+    HAND_OFF_WINDOW.get().copied()
+}
+
 pub(crate) async fn lock_client(
     url: &str,
     prefix: &str,
     watchdog: Option<Duration>,
 ) -> BenchResult<LockClient> {
     let mut builder = LockClient::builder(url).key_prefix(prefix);
+    if let Some(w) = hand_off_window() {
+        builder = builder.hand_off_window(w);
+    }
     if let Some(w) = watchdog {
         builder = builder.watchdog_timeout(w);
     }

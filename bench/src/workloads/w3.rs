@@ -141,6 +141,9 @@ fn spawn_children(
         if variant.kind == LockKind::Fair {
             cmd.arg("--fair");
         }
+        if let Some(w) = super::hand_off_window() {
+            cmd.args(["--hand-off-window-ms", &w.as_millis().to_string()]);
+        }
         let mut child = cmd
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())

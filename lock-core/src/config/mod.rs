@@ -28,6 +28,9 @@ pub const DEFAULT_MAX_NAME_LEN: usize = 1024;
 /// Default time a lock's last fencing token is kept in Redis after it was
 /// drawn (see [`ClientBuilder::token_retention`](crate::ClientBuilder::token_retention)).
 pub const DEFAULT_TOKEN_RETENTION: Duration = Duration::from_secs(60);
+/// Default [`ClientConfig::hand_off_window`]: 2 ms.
+pub const DEFAULT_HAND_OFF_WINDOW: Duration = Duration::from_millis(2);
+
 /// Default [`ClientConfig::fair_lock_wait_timeout`]: 5 minutes, Redisson's
 /// default `fairLockWaitTimeout`.
 pub const DEFAULT_FAIR_LOCK_WAIT_TIMEOUT: Duration = Duration::from_secs(300);
@@ -134,6 +137,15 @@ pub struct ClientConfig {
     /// and the grouped script costs the server more per operation (see
     /// BENCHMARKS.md, "Group commit").
     pub group_commit: bool,
+    /// How long this client may pass a lock it took from Redis from one of
+    /// its waiters to the next (local hand-offs, one round trip each)
+    /// before it releases it in Redis and lets other clients in; at least
+    /// one round of the waiters queued when it took the lock. Longer: more
+    /// throughput under contention between processes, longer waits for the
+    /// other processes (each waits about one window per process ahead of
+    /// it). Default 2 ms (the trade-off curve is in BENCHMARKS.md, "Fair
+    /// without paying"); zero: one round only.
+    pub hand_off_window: Duration,
 }
 
 impl ClientConfig {
@@ -158,6 +170,7 @@ impl ClientConfig {
             pubsub_mode: PubSubMode::Auto,
             fair_lock_wait_timeout: DEFAULT_FAIR_LOCK_WAIT_TIMEOUT,
             group_commit: false,
+            hand_off_window: DEFAULT_HAND_OFF_WINDOW,
         }
     }
 
@@ -175,6 +188,11 @@ impl ClientConfig {
             ));
         }
         positive("watchdog_timeout", self.watchdog_timeout)?;
+        if self.hand_off_window > Duration::from_secs(10) {
+            return Err(Error::InvalidArgument(
+                "hand_off_window must be at most 10s (other clients wait about this long for each streak of local hand-offs)".into(),
+            ));
+        }
         if self.watchdog_timeout < Duration::from_millis(30) {
             return Err(Error::InvalidArgument(
                 "watchdog_timeout must be at least 30ms (it is renewed every third of it)".into(),
@@ -282,6 +300,7 @@ impl std::fmt::Debug for ClientConfig {
             pubsub_mode,
             fair_lock_wait_timeout,
             group_commit,
+            hand_off_window,
         } = self;
         f.debug_struct("ClientConfig")
             .field("url", &redact(url))
@@ -297,6 +316,7 @@ impl std::fmt::Debug for ClientConfig {
             .field("pubsub_mode", pubsub_mode)
             .field("fair_lock_wait_timeout", fair_lock_wait_timeout)
             .field("group_commit", group_commit)
+            .field("hand_off_window", hand_off_window)
             .finish()
     }
 }

@@ -8,10 +8,15 @@
 //! contended lock therefore costs one round trip per change of holder, and
 //! waiters of one process are served first come, first served.
 //!
-//! Fairness between clients: a streak of local hand-offs is at most one
-//! round of the waiters that were queued when the lock was taken from Redis.
-//! Then the lock is released in Redis (its channel is told, as usual), and
-//! the head contends like every other client's head.
+//! Fairness between clients: a streak of local hand-offs lasts one round of
+//! the waiters that were queued when the lock was taken from Redis, or, when
+//! longer, the client's hand-off window (`ClientConfig::hand_off_window`)
+//! from that moment (Go's `sync.Mutex`: the running process keeps the lock
+//! while nobody has waited too long; here "too long" is the window, which
+//! bounds what another client waits for one streak). Then the lock is
+//! released in Redis (its channel is told, as usual), the turn goes to the
+//! client that waited longest, and the head contends like every other
+//! client's head.
 //!
 //! While a local holder holds the lock, the head does not poll Redis: it
 //! waits for the hand-off, for the holder's release, or for the holder's
@@ -85,6 +90,9 @@ struct KeyState {
     grants: Vec<(u64, Arc<Hold>)>,
     /// Hand-offs left in the current streak.
     budget: usize,
+    /// Until when the current streak may go on past its budget (the
+    /// hand-off window from the moment the lock was taken from Redis).
+    streak_until: Option<Instant>,
     /// The lock channel subscription the heads share while the queue lasts.
     subscription: Option<Arc<Subscription>>,
     /// This client just released the lock while other clients wait: its
@@ -159,15 +167,35 @@ pub(crate) enum Turn {
     },
 }
 
+impl KeyState {
+    /// The current streak of local hand-offs allows one more.
+    fn streak_goes_on(&self) -> bool {
+        self.budget > 0
+            || self
+                .streak_until
+                .is_some_and(|until| Instant::now() < until)
+    }
+}
+
 /// The local queues of one client, keyed by lock key.
 #[derive(Debug, Default)]
 pub(crate) struct LocalQueues {
     map: Mutex<HashMap<String, KeyState>>,
     /// Keys kept only for their fairness memory, and until when.
     remembered: Mutex<VecDeque<(Instant, String)>>,
+    /// How long a streak of local hand-offs may last (see the module doc).
+    hand_off_window: Duration,
 }
 
 impl LocalQueues {
+    /// Queues whose streaks of local hand-offs may last `hand_off_window`.
+    pub(crate) fn with_hand_off_window(hand_off_window: Duration) -> Self {
+        LocalQueues {
+            hand_off_window,
+            ..LocalQueues::default()
+        }
+    }
+
     fn locked(&self) -> MutexGuard<'_, HashMap<String, KeyState>> {
         self.map.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -300,7 +328,8 @@ impl LocalQueues {
 
     /// A fresh acquisition in Redis: records the holding; the waiter that
     /// made it (if it was queued) leaves the queue. Starts a new streak of
-    /// at most one hand-off per waiter queued now.
+    /// one hand-off per waiter queued now, or more within the hand-off
+    /// window from now.
     pub(crate) fn acquired(&self, key: &str, holding: Holding, waiter_id: Option<u64>) {
         let mut map = self.locked();
         let state = map.entry(key.to_string()).or_default();
@@ -308,6 +337,8 @@ impl LocalQueues {
             state.queue.remove(i);
         }
         state.budget = state.queue.len();
+        state.streak_until =
+            (!self.hand_off_window.is_zero()).then(|| Instant::now() + self.hand_off_window);
         if let Some(previous) = state.holding.replace(holding) {
             previous.hold.end();
         }
@@ -392,15 +423,16 @@ impl LocalQueues {
 
     /// Picks the head as the target of a hand-off from the hold `owner`,
     /// when that hold is the current one and the streak allows another
-    /// hand-off.
+    /// hand-off (its budget, or its window).
     pub(crate) fn offer(&self, key: &str, owner: &str) -> Option<Arc<Waiter>> {
         let mut map = self.locked();
         let state = map.get_mut(key)?;
         if !state.holding.as_ref()?.is(owner) {
             return None;
         }
+        let goes_on = state.streak_goes_on();
         let target = match state.queue.front_mut() {
-            Some(head) if state.budget > 0 && !head.offered && !head.abandoned => {
+            Some(head) if goes_on && !head.offered && !head.abandoned => {
                 head.offered = true;
                 Some(head.waiter.clone())
             }
@@ -450,6 +482,28 @@ impl LocalQueues {
         }
         state.notify_head();
         abandoned
+    }
+
+    /// A hand-off from the hold `owner` to `waiter` is failing and being
+    /// retried (Redis may be down, and the retries may take their whole
+    /// window): the waiter stops waiting for it and asks Redis, as after
+    /// [`release_stalled`](Self::release_stalled). Should the hand-off still
+    /// happen, its grant is picked up as usual (or, the waiter gone, ended
+    /// by the releaser).
+    pub(crate) fn hand_off_stalled(&self, key: &str, waiter: &Waiter, owner: &str) {
+        let mut map = self.locked();
+        let Some(state) = map.get_mut(key) else {
+            return;
+        };
+        if let Some(i) = state.position(waiter.id) {
+            if !state.queue[i].abandoned {
+                state.queue[i].offered = false;
+            }
+        }
+        if let Some(h) = state.holding.as_mut().filter(|h| h.is(owner)) {
+            h.releasing = true;
+        }
+        state.notify_head();
     }
 
     /// The hand-off to `waiter` did not happen.
@@ -621,6 +675,38 @@ mod tests {
         assert!(q.leave("k", b.id).0.is_none());
         q.ended("k", &next.owner);
         assert_eq!(q.len(), 0, "idle state is dropped");
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn the_hand_off_window_lets_a_streak_go_on_until_it_ends() {
+        let q = LocalQueues::with_hand_off_window(Duration::from_millis(5));
+        let h = hold();
+        // taken from Redis with nobody queued: no budget, but the window
+        q.acquired("k", Holding::new(h.clone()), None);
+        let b = q.join("k", None, None);
+        let target = q.offer("k", &h.owner).expect("within the window");
+        assert_eq!(target.id, b.id);
+        let next = hold();
+        assert!(!q.handed_off("k", &target, next.clone()));
+        assert!(matches!(q.turn("k", &b), Turn::Granted(_)));
+        let c = q.join("k", None, None);
+        tokio::time::advance(Duration::from_millis(4)).await;
+        let target = q.offer("k", &next.owner).expect("still within it");
+        assert_eq!(target.id, c.id);
+        let last = hold();
+        assert!(!q.handed_off("k", &target, last.clone()));
+        assert!(matches!(q.turn("k", &c), Turn::Granted(_)));
+        let _d = q.join("k", None, None);
+        tokio::time::advance(Duration::from_millis(2)).await;
+        assert!(
+            q.offer("k", &last.owner).is_none(),
+            "past the window (and the budget): released in Redis"
+        );
+        // without a window, the same start gives no hand-off at all
+        let q = LocalQueues::default();
+        q.acquired("k", Holding::new(h.clone()), None);
+        let _b = q.join("k", None, None);
+        assert!(q.offer("k", &h.owner).is_none());
     }
 
     #[tokio::test]

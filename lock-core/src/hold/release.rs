@@ -159,7 +159,9 @@ impl Core {
             let next_owner = self.new_owner();
             let sent_at = tokio::time::Instant::now();
             match self
-                .hand_off(keys, &owner, &next_owner, next_lease_ms)
+                .hand_off(keys, &owner, &next_owner, next_lease_ms, || {
+                    self.queues.hand_off_stalled(&keys.local, &next, &owner)
+                })
                 .await
             {
                 Ok(HandOffReply::Given { token }) => {
@@ -379,13 +381,14 @@ impl Core {
     }
 
     /// Ends the hold `owner` (its last count): the lock goes to `next` with
-    /// a new fencing token.
+    /// a new fencing token. `on_retry`: before each retry after a failure.
     async fn hand_off(
         &self,
         keys: &LockKeys,
         owner: &str,
         next: &str,
         next_lease_ms: u64,
+        on_retry: impl Fn(),
     ) -> Result<HandOffReply> {
         let publish = self.publish_command().await?;
         let (latch, latch_ms) = self.latch(keys);
@@ -401,7 +404,7 @@ impl Core {
         }
         .cmd(&self.scripts.handoff);
         let reply = self
-            .run_with_retries(keys, &self.scripts.handoff, &cmd, || {})
+            .run_with_retries(keys, &self.scripts.handoff, &cmd, on_retry)
             .await?;
         HandOffReply::parse(&reply)
     }

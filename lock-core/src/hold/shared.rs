@@ -107,7 +107,7 @@ impl Core {
             client_id: Arc::from(super::ids::uuid_v4().to_string()),
             pool,
             scripts: Scripts::new(),
-            queues: LocalQueues::default(),
+            queues: LocalQueues::with_hand_off_window(config.hand_off_window),
             permits: PermitRegistry::default(),
             rtt_us: AtomicU64::new(1000),
             jitter_state: AtomicU64::new(super::ids::random_u128() as u64),

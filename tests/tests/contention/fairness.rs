@@ -157,7 +157,13 @@ async fn a_redisson_protocol_waiter_gets_its_turn_against_a_busy_process() {
     let tasks = 4;
     // The busy lock-core process: 4 tasks looping with no pause, counting
     // their sections in Redis.
-    let client = support::client_for(&server, 30_000);
+    // No hand-off window: a streak is one round of the queued tasks (the
+    // window's own test is below).
+    let client = LockClient::builder(server.url())
+        .watchdog_timeout(Duration::from_secs(30))
+        .hand_off_window(Duration::ZERO)
+        .build()
+        .expect("client");
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let loops: Vec<_> = (0..tasks)
         .map(|_| {
@@ -245,6 +251,84 @@ async fn a_redisson_protocol_waiter_gets_its_turn_against_a_busy_process() {
     assert!(
         worst <= 2 * tasks,
         "the Redisson waiter waited through {worst} sections"
+    );
+}
+
+/// With a hand-off window, a busy process passes the lock among its own
+/// tasks for that long after taking it from Redis, past one round of them
+/// (more of its sections go by while another client waits than a round
+/// would allow: the test with no window above allows at most two rounds),
+/// and then lets the other client in: each of its acquisitions returns
+/// (bounded), never two inside.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_off_window_keeps_the_lock_local_for_a_while_then_lets_others_in() {
+    let server = support::server();
+    let key = "window";
+    let tasks = 4;
+    let busy = LockClient::builder(server.url())
+        .hand_off_window(Duration::from_millis(200))
+        .build()
+        .expect("client");
+    let other = support::client_for(&server, 30_000);
+    let inside = support::Inside::new(&server, key).await;
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let loops: Vec<_> = (0..tasks)
+        .map(|_| {
+            let lock = busy.lock(key).expect("name");
+            let (stop, mut inside) = (stop.clone(), inside.clone());
+            let url = server.url();
+            tokio::spawn(async move {
+                let mut conn = redis::Client::open(url)
+                    .expect("url")
+                    .get_multiplexed_async_connection()
+                    .await
+                    .expect("conn");
+                let mut n = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && n < 1_000_000 {
+                    let g = lock.acquire().await.expect("acquire");
+                    assert!(inside.enter().await, "two inside");
+                    let _: i64 = cmd(&mut conn, &["INCR", "sections"]).await;
+                    inside.leave().await;
+                    g.release().await.expect("release");
+                    n += 1;
+                }
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mut conn = raw(&server).await;
+    let lock = other.lock(key).expect("name");
+    let mut inside_other = inside.clone();
+    let mut waited_sections = Vec::new();
+    for _ in 0..5 {
+        let before: i64 = cmd(&mut conn, &["GET", "sections"]).await;
+        let g = within(
+            Duration::from_secs(5),
+            "the other client's turn",
+            lock.acquire(),
+        )
+        .await
+        .expect("acquire");
+        let after: i64 = cmd(&mut conn, &["GET", "sections"]).await;
+        assert!(inside_other.enter().await, "two inside");
+        inside_other.leave().await;
+        g.release().await.expect("release");
+        waited_sections.push(after - before);
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    for l in loops {
+        within(Duration::from_secs(5), "loops stop", l)
+            .await
+            .expect("loop task");
+    }
+    let mut inside = inside;
+    assert_eq!(inside.violations().await, 0, "never two inside");
+    let most = waited_sections.iter().max().copied().unwrap_or(0);
+    eprintln!("busy process sections while the other client waited: {waited_sections:?}");
+    assert!(
+        most > 2 * tasks as i64,
+        "the window kept the lock local past two rounds at least once: {waited_sections:?}"
     );
 }
 

@@ -1558,11 +1558,14 @@ fn cases() -> Vec<(&'static str, Vec<Step>)> {
     let a = k();
     let other = k();
     table.push((
-        "rw: renewal of a reader renews its own keys only; a writer's field; a plain lock's hash is held for both sides",
+        "rw: renewal of a reader renews its own keys only; a writer's field",
         vec![
             step_as(Rule::Token, a.rw_acquire("c1:1", "read", "0", "1000", "")),
             step_as(Rule::Token, a.rw_acquire("c2:1", "read", "0", "1000", "")),
-            step_as(Rule::Token, other.rw_acquire("c3:1", "write", "0", "1000", "")),
+            step_as(
+                Rule::Token,
+                other.rw_acquire("c3:1", "write", "0", "1000", ""),
+            ),
             step(script(
                 "renew",
                 &[&a.lock, &other.lock, &other.lock],
@@ -1580,6 +1583,16 @@ fn cases() -> Vec<(&'static str, Vec<Step>)> {
             step(a.rw_release("c1:1", "read", "1")),
             step(a.rw_release("c2:1", "read", "1")),
             step(other.rw_release("c3:1", "write", "1")),
+        ],
+    ));
+    // (tokens grow per name: this case has one, the Token rule compares
+    // each token with the case's last)
+    let a = k();
+    table.push((
+        "rw: a plain lock's hash is held for both sides; its token above the read-write lock's",
+        vec![
+            step_as(Rule::Token, a.rw_acquire("c1:1", "read", "0", "1000", "")),
+            step(a.rw_release("c1:1", "read", "1")),
             step_as(Rule::Token, a.new_hold("c5:1", "c5")),
             step_as(Rule::PairTtl, a.rw_acquire("c6:1", "read", "0", LEASE, "")),
             step_as(Rule::PairTtl, a.rw_acquire("c6:2", "write", "0", LEASE, "")),
