@@ -422,9 +422,12 @@
 //! message (one pub/sub connection per client, one waiter woken per
 //! message) bounded by the holder's PTTL, never a fixed-interval poll.
 //!
-//! **How clients take turns.** A streak of local hand-offs lasts at most
-//! one round of the waiters queued when the client took the lock; then the
-//! lock is released in Redis. Clients waiting in Redis keep one place each
+//! **How clients take turns.** A streak of local hand-offs lasts one round
+//! of the waiters queued when the client took the lock, or, when longer,
+//! the client's [hand-off window](ClientBuilder::hand_off_window) (2 ms by
+//! default) from then (Go's `sync.Mutex` keeps a lock with the running
+//! process the same way until a waiter has waited too long); then the lock
+//! is released in Redis. Clients waiting in Redis keep one place each
 //! in a sorted set, `lockcore_waiters:{<key>}`, by when their first waiter
 //! began to wait. A release that frees the lock gives the turn to the
 //! client that has waited longest (`lockcore_turn:{<key>}`): for a few round
@@ -433,7 +436,10 @@
 //! its turn passes unused. So clients are served in the order they began to
 //! wait, each for one streak: a task waits at most about (clients − 1)
 //! streaks for its client's turn, whatever the other clients' loops look
-//! like. Tested: four clients of four tasks behind 20 ms of latency each
+//! like. A longer window passes more sections per change of client (more
+//! throughput under contention between processes) for longer waits of the
+//! other clients (lock-bench W3, BENCHMARKS.md "Fair without paying":
+//! worst wait 12–19 ms at 2 ms, 66 ms at 20 ms, 153 ms at 50 ms). Tested: four clients of four tasks behind 20 ms of latency each
 //! way wait at most 1.03–1.17 × the fair wait; four processes looping
 //! without a pause get 25 % each.
 //!
