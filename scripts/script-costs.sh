@@ -65,7 +65,13 @@
 #                   with lock-core's 5 + 7 arguments; release: HGET, DEL only
 #   lc-incrtoken    acquire with the token drawn by INCR of the token key
 #                   (one above the last; seeded from TIME only when the key
-#                   was missing) and its lifetime renewed by PEXPIRE
+#                   was missing) and its lifetime renewed by PEXPIRE: an
+#                   alternative measured for issue 28 and rejected (without
+#                   the clock floor a failover that loses the last writes
+#                   hands out a token again; docs/architecture.md, "Fencing
+#                   tokens"). NB every phase here uses fresh locks, so the
+#                   key is always missing: its steady state is measured in
+#                   BENCHMARKS.md, "Cheaper per-operation work"
 #   lc-incronly     the same without the PEXPIRE
 #   rmin            Redisson's lock + unlock (refs.rs REDISSON_LOCK/UNLOCK)
 #   lmin            SET NX PX + compare-and-delete (refs.rs)

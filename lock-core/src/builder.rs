@@ -208,12 +208,14 @@ impl ClientBuilder {
     /// How long a lock's last fencing token is kept in Redis after it was
     /// drawn (default 60 s).
     ///
-    /// A new fencing token is one above the last while the last is kept,
-    /// else the Redis server's `TIME` in µs (see [`LockGuard::fencing_token`](crate::LockGuard::fencing_token)).
-    /// After this retention the key expires, so lock names no longer used
-    /// cost no memory, and the clock alone keeps tokens growing — also
-    /// after a restart that lost every key. Keep it longer than any
-    /// backward step of the Redis server's clock you want to survive.
+    /// Fencing tokens are a hybrid logical clock on the Redis server's
+    /// `TIME`: a new token is `max(last token + 1, server time in µs)`. The
+    /// last token is only needed while the server clock could be behind it
+    /// (several tokens in one microsecond, a clock stepped back); after
+    /// this retention its key expires, so lock names no longer used cost
+    /// no memory, and the clock alone keeps tokens growing — also after a
+    /// restart that lost every key. Keep it longer than any backward step
+    /// of the Redis server's clock you want to survive.
     ///
     /// ```
     /// let b = lock_core::ClientBuilder::new("redis://h")

@@ -141,11 +141,10 @@ impl LockGuard {
     /// a token lower than one it has seen, so a holder that lost the lock
     /// without knowing cannot overwrite its successor.
     ///
-    /// Tokens count up from the Redis server's `TIME`: one above the last
-    /// token while it is kept (for the client's
-    /// [token retention](crate::ClientBuilder::token_retention) after the
-    /// last draw, so names no longer used cost no memory), else the server
-    /// time in µs, which counting never catches up with.
+    /// Tokens are a hybrid logical clock on the Redis server's `TIME`:
+    /// `max(last token + 1, server time in µs)`, the last token being kept
+    /// for the client's [token retention](crate::ClientBuilder::token_retention)
+    /// only, so names no longer used cost no memory.
     ///
     /// ```no_run
     /// # async fn demo(lock: lock_core::Lock) -> lock_core::Result<()> {

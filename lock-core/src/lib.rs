@@ -400,16 +400,16 @@
 //! (EVALSHA), so a Java service using Redisson and a Rust service using
 //! this crate exclude each other on the same lock name.
 //!
-//! Fencing tokens count up from the server's `TIME`: one above the last
-//! token (`INCR`) while it is kept at `redisson_lock_token:{<key>}` (for the
-//! client's [token retention](ClientBuilder::token_retention) after the last
-//! draw, 60 s by default), else the server time in µs. They grow strictly
-//! across holders, releases and a restart that lost every key (counting
-//! never catches up with the clock), and names no longer used cost no
-//! memory. Redisson's `RFencedLock` increments the same key: while the key
-//! lives both count up together, but after it expired a Redisson client
-//! restarts at 1, below our clock-based tokens; a fleet that mixes both
-//! languages should fence on one side's tokens only.
+//! Fencing tokens are a hybrid logical clock on the server's `TIME`:
+//! `max(last token + 1, server time in µs)`, the last token kept at
+//! `redisson_lock_token:{<key>}` for the client's
+//! [token retention](ClientBuilder::token_retention) (60 s by default).
+//! They grow strictly across holders, releases and a restart that lost
+//! every key, and names no longer used cost no memory. Redisson's
+//! `RFencedLock` increments the same key: its tokens stay above ours while
+//! the key lives, but after the key expired a Redisson client restarts at
+//! 1, below our clock-based tokens; a fleet that mixes both languages
+//! should fence on one side's tokens only.
 //!
 //! # Waiting, fairly and cheaply
 //!

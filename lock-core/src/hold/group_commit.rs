@@ -165,6 +165,9 @@ impl Core {
     /// Sends the calls queued in group `key`, as many grouped calls as it
     /// takes, until none is queued.
     async fn send_groups(self: Arc<Self>, key: GroupKey) {
+        // The slot in flight this task took over: handed on or given back
+        // however the task ends (also when it is dropped mid-call).
+        let _in_flight = InFlight { core: &self, key };
         loop {
             let group: Vec<Queued> = {
                 let mut in_flight = self.groups.locked();
@@ -174,7 +177,6 @@ impl Core {
                 // Not sent for a caller that stopped waiting.
                 group.queue.retain(|q| !q.reply.is_closed());
                 if group.queue.is_empty() {
-                    ended(&mut in_flight, key);
                     return;
                 }
                 let n = group.queue.len().min(MAX_GROUP);
@@ -200,6 +202,7 @@ impl Core {
             Err(e) => return answer_all(group, &e),
         };
         let n = group.len();
+        let started = tokio::time::Instant::now();
         let split = self
             .on_lane(Lane::Locks, bound, |mut conn| async move {
                 let split = split_reply(grouped.run(&mut conn, &cmd).await?, n)?;
@@ -211,6 +214,15 @@ impl Core {
             .await;
         match split {
             Ok(split) => {
+                // An element's transient error (READONLY, LOADING, ...) is
+                // an outage as for a call of its own, although the grouped
+                // call itself was answered.
+                if split.iter().any(|r| {
+                    r.as_ref()
+                        .is_err_and(|e| Error::Redis(e.clone()).is_transient())
+                }) {
+                    self.outage_seen(started);
+                }
                 for (q, reply) in group.drain(..).zip(split) {
                     let _ = q.reply.send(reply.map_err(Error::Redis));
                 }

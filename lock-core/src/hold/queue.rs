@@ -496,7 +496,11 @@ impl LocalQueues {
             return;
         };
         if let Some(i) = state.position(waiter.id) {
-            if !state.queue[i].abandoned {
+            if state.queue[i].abandoned {
+                // Gone already: out of the way of the waiters behind it
+                // (should the hand-off land, the releaser ends its hold).
+                state.queue.remove(i);
+            } else {
                 state.queue[i].offered = false;
             }
         }
@@ -504,6 +508,19 @@ impl LocalQueues {
             h.releasing = true;
         }
         state.notify_head();
+    }
+
+    /// After a hand-off: whether this client has a place in the lock's
+    /// line of waiting clients in Redis with no waiter left to use it (the
+    /// waiter that got the hand-off had asked Redis meanwhile, see
+    /// [`hand_off_stalled`](Self::hand_off_stalled)). Clears it: the caller
+    /// then takes the client out of the line (`ReleaseJob::StopWaiting`).
+    pub(crate) fn take_unused_place(&self, key: &str) -> bool {
+        let mut map = self.locked();
+        match map.get_mut(key) {
+            Some(state) if state.queue.is_empty() => std::mem::take(&mut state.in_redis_line),
+            _ => false,
+        }
     }
 
     /// The hand-off to `waiter` did not happen.
@@ -707,6 +724,48 @@ mod tests {
         q.acquired("k", Holding::new(h.clone()), None);
         let _b = q.join("k", None, None);
         assert!(q.offer("k", &h.owner).is_none());
+    }
+
+    #[tokio::test]
+    async fn a_stalled_hand_off_lets_its_waiter_ask_redis_and_its_place_in_line_is_given_up() {
+        let q = LocalQueues::default();
+        let h = hold();
+        let b = q.join("k", None, None);
+        q.acquired("k", Holding::new(h.clone()), None);
+        let target = q.offer("k", &h.owner).expect("offer");
+        assert!(matches!(q.turn("k", &b), Turn::Wait), "offered: waits");
+        q.hand_off_stalled("k", &target, &h.owner);
+        assert!(
+            matches!(q.turn("k", &b), Turn::Contend { .. }),
+            "the hand-off is failing: asks Redis"
+        );
+        // its attempt found the lock held: the client took a place in line
+        q.held_elsewhere("k");
+        assert!(!q.handed_off("k", &target, hold()), "landed after all");
+        assert!(matches!(q.turn("k", &b), Turn::Granted(_)));
+        assert!(q.take_unused_place("k"), "nobody left to use the place");
+        assert!(!q.take_unused_place("k"), "given up once");
+    }
+
+    #[tokio::test]
+    async fn a_stalled_hand_off_to_a_waiter_gone_frees_the_waiters_behind_it() {
+        let q = LocalQueues::default();
+        let h = hold();
+        let b = q.join("k", None, None);
+        let c = q.join("k", None, None);
+        q.acquired("k", Holding::new(h.clone()), None);
+        let target = q.offer("k", &h.owner).expect("offer");
+        let _ = q.leave("k", b.id); // gone while offered: abandoned
+        assert!(matches!(q.turn("k", &c), Turn::Wait), "behind the offer");
+        q.hand_off_stalled("k", &target, &h.owner);
+        assert!(
+            matches!(q.turn("k", &c), Turn::Contend { .. }),
+            "the next waiter asks Redis"
+        );
+        assert!(
+            q.handed_off("k", &target, hold()),
+            "landed: the releaser ends it"
+        );
     }
 
     #[tokio::test]

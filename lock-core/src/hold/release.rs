@@ -201,6 +201,11 @@ impl Core {
                         "lock handed off"
                     );
                     let abandoned = self.queues.handed_off(&keys.local, &next, hold);
+                    if self.queues.take_unused_place(&keys.local) {
+                        if let Some(core) = self.this.upgrade() {
+                            core.spawn_job(ReleaseJob::StopWaiting { keys: keys.clone() });
+                        }
+                    }
                     let done = first.get_or_insert(Ok(Released::HandedOff));
                     if !abandoned {
                         return std::mem::replace(done, Ok(Released::HandedOff));

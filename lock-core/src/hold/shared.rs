@@ -221,13 +221,17 @@ impl Core {
                     self.in_outage.store(false, Ordering::Relaxed);
                 }
             }
-            Err(e) if e.is_transient() => {
-                self.lock_outage().get_or_insert(started);
-                self.in_outage.store(true, Ordering::Relaxed);
-            }
+            Err(e) if e.is_transient() => self.outage_seen(started),
             Err(_) => {}
         }
         result
+    }
+
+    /// A call that began at `started` met a transient failure: the outage
+    /// began then, unless it had already.
+    pub(crate) fn outage_seen(&self, started: tokio::time::Instant) {
+        self.lock_outage().get_or_insert(started);
+        self.in_outage.store(true, Ordering::Relaxed);
     }
 
     /// When Redis stopped answering this client (the start of the first

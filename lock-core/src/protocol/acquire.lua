@@ -24,14 +24,10 @@
 --   can undo it. Returns {2, 0} re-entered, {-1, 0} the hold is gone,
 --   {-2, 0} cancelled.
 --
--- Fencing tokens: one above the last token (INCR) while it is kept, the
--- server time in microseconds when none is (first use; ARGV[4] ms after
--- the last draw; a restart that lost every key) or the kept one is a
--- count below the clock's range (Redisson's RFencedLock counts from 1 on
--- the same key): then max(kept, clock). Counting stays below the clock (a
--- lock is not taken a million times a second), so a token drawn from the
--- clock is above every token counted before it: tokens grow strictly,
--- also across a restart that lost every key.
+-- Fencing tokens are a hybrid logical clock: max(last + 1, server time in
+-- microseconds). The last token is kept for ARGV[4] ms only; after that
+-- the clock alone keeps tokens growing, also across a restart that lost
+-- every key.
 local function wait_in_line()
   if ARGV[7] ~= '0' then
     local now = redis.call('time')
@@ -39,16 +35,15 @@ local function wait_in_line()
     redis.call('pexpire', KEYS[4], ARGV[4])
   end
 end
--- The next fencing token: one above the last, or the server clock.
+-- The next fencing token: the server clock, or one above the last.
 local function next_token()
-  -- the usual case: one above the last, kept ARGV[4] ms more
-  local token = redis.call('incr', KEYS[2])
-  if token < 1000000000000000 then
-    local now = redis.call('time')
-    token = math.max(token, tonumber(now[1]) * 1000000 + tonumber(now[2]))
-    redis.call('set', KEYS[2], token, 'px', ARGV[4])
-  else
-    redis.call('pexpire', KEYS[2], ARGV[4])
+  local now = redis.call('time')
+  local token = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  -- one call in the usual case: store the clock, get the last token back
+  local last = tonumber(redis.call('set', KEYS[2], string.format('%.0f', token), 'px', ARGV[4], 'get'))
+  if last ~= nil and last >= token then
+    token = last + 1
+    redis.call('set', KEYS[2], string.format('%.0f', token), 'px', ARGV[4])
   end
   return token
 end

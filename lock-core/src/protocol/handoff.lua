@@ -32,15 +32,13 @@ if redis.call('exists', KEYS[4]) == 1 then
   redis.pcall(ARGV[7], KEYS[5], ARGV[6])
   kind = 4
 else
-  -- The token first (drawn as in acquire.lua): a failure there must not
-  -- leave a half-made hold.
-  value = redis.call('incr', KEYS[2])
-  if value < 1000000000000000 then
-    local now = redis.call('time')
-    value = math.max(value, tonumber(now[1]) * 1000000 + tonumber(now[2]))
-    redis.call('set', KEYS[2], value, 'px', ARGV[5])
-  else
-    redis.call('pexpire', KEYS[2], ARGV[5])
+  -- The token first: a failure there must not leave a half-made hold.
+  local now = redis.call('time')
+  value = tonumber(now[1]) * 1000000 + tonumber(now[2])
+  local last = tonumber(redis.call('set', KEYS[2], string.format('%.0f', value), 'px', ARGV[5], 'get'))
+  if last ~= nil and last >= value then
+    value = last + 1
+    redis.call('set', KEYS[2], string.format('%.0f', value), 'px', ARGV[5])
   end
   redis.call('del', KEYS[1])
   redis.call('hincrby', KEYS[1], ARGV[3], 1)

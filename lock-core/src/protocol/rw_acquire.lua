@@ -33,8 +33,7 @@
 --   the hold is gone, {-2, 0} cancelled.
 --
 -- A hash without 'mode' belongs to a plain lock of the same name: held.
--- Fencing tokens: max(last + 1, server time in µs), the last kept ARGV[4] ms
--- (acquire.lua counts up from the last instead; both grow strictly).
+-- Fencing tokens as in acquire.lua: max(last + 1, server time in µs).
 local lease = tonumber(ARGV[1])
 local mode = ARGV[3]
 local function timeout_key(owner, n)
