@@ -168,6 +168,18 @@ pub(crate) enum Turn {
 }
 
 impl KeyState {
+    /// The waiter `id` is no longer waiting for a hand-off: back in line,
+    /// or out of the queue when it gave up meanwhile.
+    fn un_offer(&mut self, id: u64) {
+        if let Some(i) = self.position(id) {
+            if self.queue[i].abandoned {
+                self.queue.remove(i);
+            } else {
+                self.queue[i].offered = false;
+            }
+        }
+    }
+
     /// The current streak of local hand-offs allows one more.
     fn streak_goes_on(&self) -> bool {
         self.budget > 0
@@ -495,15 +507,9 @@ impl LocalQueues {
         let Some(state) = map.get_mut(key) else {
             return;
         };
-        if let Some(i) = state.position(waiter.id) {
-            if state.queue[i].abandoned {
-                // Gone already: out of the way of the waiters behind it
-                // (should the hand-off land, the releaser ends its hold).
-                state.queue.remove(i);
-            } else {
-                state.queue[i].offered = false;
-            }
-        }
+        // (a waiter gone already leaves the way of those behind it; should
+        // the hand-off land, the releaser ends its hold)
+        state.un_offer(waiter.id);
         if let Some(h) = state.holding.as_mut().filter(|h| h.is(owner)) {
             h.releasing = true;
         }
@@ -529,13 +535,7 @@ impl LocalQueues {
         let Some(state) = map.get_mut(key) else {
             return;
         };
-        if let Some(i) = state.position(waiter.id) {
-            if state.queue[i].abandoned {
-                state.queue.remove(i);
-            } else {
-                state.queue[i].offered = false;
-            }
-        }
+        state.un_offer(waiter.id);
         state.notify_head();
         if state.is_idle() {
             map.remove(key);
