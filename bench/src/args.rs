@@ -429,6 +429,16 @@ mod tests {
             }
         };
         assert!(!child(&[]).fair);
+        assert_eq!(child(&[]).hand_off_window, None);
+        assert_eq!(
+            child(&["--hand-off-window-ms", "7"]).hand_off_window,
+            Some(Duration::from_millis(7))
+        );
+        assert_eq!(
+            run(&["--hand-off-window-ms", "0"]).hand_off_window,
+            Some(Duration::ZERO)
+        );
+        assert!(parse(&["--hand-off-window-ms".into(), "10001".into()]).is_err());
         let fair = child(&["--fair"]);
         assert!(fair.fair);
         assert_eq!(

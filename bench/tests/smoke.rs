@@ -35,9 +35,10 @@ const FIELDS: [&str; 19] = [
 
 /// The W1 lines that report client CPU, server CPU and calls per cycle;
 /// null on every other line but S1, F1, RL and R1's.
-const CPU_LINES: [&str; 5] = [
+const CPU_LINES: [&str; 6] = [
     "lock-core",
     "lock-core-fixed",
+    "lock-core-grouped",
     "L-min-mux",
     "L-min-pool",
     "R-min",
@@ -362,9 +363,10 @@ fn smoke_run_measures_l_min_over_one_connection_and_over_the_pool_shape() {
             "L-min-pool",
             "R-min",
             "lock-core",
-            "lock-core-fixed"
+            "lock-core-fixed",
+            "lock-core-grouped"
         ],
-        "the three references, then W1 with the watchdog lease and with a fixed lease:\n{out}"
+        "the three references, then W1 with the watchdog lease, with a fixed lease and with group commit on:\n{out}"
     );
     let notes = |lib: &str| {
         lines
@@ -393,11 +395,24 @@ fn smoke_run_measures_l_min_over_one_connection_and_over_the_pool_shape() {
                 .is_some_and(|c| c > 0.0),
             "{v}"
         );
-        if lib.starts_with("L-min") {
-            // SET NX PX + the compare-and-delete EVALSHA
+        if lib.starts_with("L-min") || lib == "lock-core" {
+            // SET NX PX + the compare-and-delete EVALSHA; acquire + release
             assert!(two_sided(&v["calls_per_cycle"], 2.0), "{v}");
         }
+        if lib == "lock-core-grouped" {
+            // never more calls than operations (fewer when groups form)
+            assert!(
+                v["calls_per_cycle"]
+                    .as_f64()
+                    .is_some_and(|c| c > 0.0 && c <= 2.05),
+                "{v}"
+            );
+        }
     }
+    assert!(
+        err.contains("lock-core with group commit on"),
+        "the summary must show W1 with group commit on beside it:\n{err}"
+    );
     assert!(
         err.contains("W1 / faster reference (L-min-") && err.contains("target >= 0.8 x L-min"),
         "the summary must judge W1 against the faster reference:\n{err}"
