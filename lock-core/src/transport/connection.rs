@@ -234,9 +234,7 @@ impl Conn {
 
     fn note<T>(&mut self, result: &RedisResult<T>) {
         if let Err(e) = result {
-            if must_go(&self.inner, e) {
-                self.broken.store(true, Ordering::Relaxed);
-            }
+            self.note_failure(e);
         }
     }
 

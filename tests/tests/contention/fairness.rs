@@ -165,25 +165,7 @@ async fn a_redisson_protocol_waiter_gets_its_turn_against_a_busy_process() {
         .build()
         .expect("client");
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let loops: Vec<_> = (0..tasks)
-        .map(|_| {
-            let lock = client.lock(key).expect("name");
-            let stop = stop.clone();
-            let url = server.url();
-            tokio::spawn(async move {
-                let mut conn = redis::Client::open(url)
-                    .expect("url")
-                    .get_multiplexed_async_connection()
-                    .await
-                    .expect("conn");
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
-                    let g = lock.acquire().await.expect("acquire");
-                    let _: i64 = cmd(&mut conn, &["INCR", "sections"]).await;
-                    g.release().await.expect("release");
-                }
-            })
-        })
-        .collect();
+    let loops = busy_loops(&server, &client, key, tasks, &stop, None);
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     // The Redisson-protocol waiter: its own connections, its own script,
@@ -249,7 +231,7 @@ async fn a_redisson_protocol_waiter_gets_its_turn_against_a_busy_process() {
     // A streak of the busy process is at most one round of its 4 tasks
     // (local hand-offs); the waiter gets in within 2 streaks.
     assert!(
-        worst <= 2 * tasks,
+        worst <= 2 * tasks as i64,
         "the Redisson waiter waited through {worst} sections"
     );
 }
@@ -272,29 +254,7 @@ async fn a_hand_off_window_keeps_the_lock_local_for_a_while_then_lets_others_in(
     let other = support::client_for(&server, 30_000);
     let inside = support::Inside::new(&server, key).await;
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let loops: Vec<_> = (0..tasks)
-        .map(|_| {
-            let lock = busy.lock(key).expect("name");
-            let (stop, mut inside) = (stop.clone(), inside.clone());
-            let url = server.url();
-            tokio::spawn(async move {
-                let mut conn = redis::Client::open(url)
-                    .expect("url")
-                    .get_multiplexed_async_connection()
-                    .await
-                    .expect("conn");
-                let mut n = 0;
-                while !stop.load(std::sync::atomic::Ordering::Relaxed) && n < 1_000_000 {
-                    let g = lock.acquire().await.expect("acquire");
-                    assert!(inside.enter().await, "two inside");
-                    let _: i64 = cmd(&mut conn, &["INCR", "sections"]).await;
-                    inside.leave().await;
-                    g.release().await.expect("release");
-                    n += 1;
-                }
-            })
-        })
-        .collect();
+    let loops = busy_loops(&server, &busy, key, tasks, &stop, Some(&inside));
     tokio::time::sleep(Duration::from_millis(300)).await;
     let mut conn = raw(&server).await;
     let lock = other.lock(key).expect("name");
@@ -330,6 +290,47 @@ async fn a_hand_off_window_keeps_the_lock_local_for_a_while_then_lets_others_in(
         most > 2 * tasks as i64,
         "the window kept the lock local past two rounds at least once: {waited_sections:?}"
     );
+}
+
+/// The busy process of the tests above: `tasks` tasks of `client` looping
+/// on `key` with no pause until `stop` (at most a million sections each),
+/// counting their sections in Redis (`sections`), each section entered in
+/// `inside` when given.
+fn busy_loops(
+    server: &lock_tests::RedisServer,
+    client: &LockClient,
+    key: &str,
+    tasks: usize,
+    stop: &std::sync::Arc<std::sync::atomic::AtomicBool>,
+    inside: Option<&support::Inside>,
+) -> Vec<tokio::task::JoinHandle<()>> {
+    (0..tasks)
+        .map(|_| {
+            let lock = client.lock(key).expect("name");
+            let (stop, mut inside) = (stop.clone(), inside.cloned());
+            let url = server.url();
+            tokio::spawn(async move {
+                let mut conn = redis::Client::open(url)
+                    .expect("url")
+                    .get_multiplexed_async_connection()
+                    .await
+                    .expect("conn");
+                let mut n = 0;
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) && n < 1_000_000 {
+                    let g = lock.acquire().await.expect("acquire");
+                    if let Some(inside) = inside.as_mut() {
+                        assert!(inside.enter().await, "two inside");
+                    }
+                    let _: i64 = cmd(&mut conn, &["INCR", "sections"]).await;
+                    if let Some(inside) = inside.as_mut() {
+                        inside.leave().await;
+                    }
+                    g.release().await.expect("release");
+                    n += 1;
+                }
+            })
+        })
+        .collect()
 }
 
 /// A waiter that gives up (its wait bound passed) leaves the clients'
